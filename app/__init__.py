@@ -1,0 +1,1 @@
+"""Request-path policies (classify, predict, route) and the Serve application builder."""

@@ -1,0 +1,1 @@
+"""Cluster control policies (pure) and their adapter to Ray Serve's autoscaler."""

@@ -1,0 +1,59 @@
+"""Ray Serve's application-level autoscaling policy, backed by our pure policies.
+
+Serve instantiates the class once with `policy_kwargs` and calls it every controller
+tick (~0.1 s) with one AutoscalingContext per autoscaled deployment. We translate the
+contexts into a ClusterView, ask the policy, and return replica counts. Serve's own
+up/down delays should be 0: the policy damps itself. If the policy raises, we keep
+the current targets (fail static) and count the failure.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from autoscaling.registry import make_policy
+from core.stats import ReplicaStats
+from core.view import ClusterView, DeploymentView
+
+logger = logging.getLogger("ray.serve")
+
+
+def view_from_contexts(ctxs: dict[Any, Any]) -> ClusterView:
+    deployments = {}
+    for dep_id, ctx in ctxs.items():
+        metrics = ctx.aggregated_metrics or {}
+        by_replica: dict[Any, dict[str, float]] = {}
+        for metric, values in metrics.items():
+            for replica_id, value in values.items():
+                by_replica.setdefault(replica_id, {})[metric] = value
+        stats = tuple(ReplicaStats.from_metrics(m) for m in by_replica.values())
+        reported = sum(s.load for s in stats)
+        deployments[dep_id.name] = DeploymentView(
+            name=dep_id.name,
+            current_replicas=ctx.current_num_replicas,
+            target_replicas=ctx.target_num_replicas,
+            min_replicas=ctx.capacity_adjusted_min_replicas,
+            max_replicas=ctx.capacity_adjusted_max_replicas,
+            replica_stats=stats,
+            # Requests Serve counts that our replicas have not reported yet (router queues).
+            queued_outside=max(float(ctx.total_num_requests) - reported, 0.0),
+        )
+    return ClusterView(deployments)
+
+
+class AppAutoscalingPolicy:
+    def __init__(self, policy: str = "utilisation", **policy_kwargs: Any) -> None:
+        self.policy = make_policy(policy, **policy_kwargs)
+        self.failures = 0
+
+    def __call__(self, ctxs: dict[Any, Any]) -> tuple[dict[Any, int], dict[Any, dict]]:
+        now = max((ctx.current_time or 0.0) for ctx in ctxs.values()) if ctxs else 0.0
+        try:
+            plan = self.policy.observe(view_from_contexts(ctxs), now)
+            decisions = {dep_id: plan.replicas.get(dep_id.name, ctx.target_num_replicas) for dep_id, ctx in ctxs.items()}
+        except Exception:
+            self.failures += 1
+            logger.exception("wattwise autoscaling policy failed (%d); keeping current targets", self.failures)
+            decisions = {dep_id: ctx.target_num_replicas for dep_id, ctx in ctxs.items()}
+        return decisions, {dep_id: {"policy_failures": self.failures} for dep_id in ctxs}

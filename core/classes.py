@@ -1,0 +1,89 @@
+"""Length classes (DynamoLLM Table IV) and service classes (Chiron §6).
+
+Defaults come from the papers; every threshold is a config field so a deployment can
+re-derive them from its own traffic (DynamoLLM sets them at the 33rd/66th/100th
+percentiles of the Conversation trace).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from core.slo import SLO
+
+SIZES = ("S", "M", "L")
+
+
+class LengthClassConfig(BaseModel):
+    """Nine classes SS..LL from input and output length thresholds (tokens)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    # DynamoLLM Table IV: input short <256, medium <1024, long <=8192.
+    input_short_lt: int = Field(default=256, gt=0)
+    input_medium_lt: int = Field(default=1024, gt=0)
+    input_max: int = Field(default=8192, gt=0)
+    # Output short <100, medium <350, long >=350.
+    output_short_lt: int = Field(default=100, gt=0)
+    output_medium_lt: int = Field(default=350, gt=0)
+    # TTFT SLO by input size (Table IV): 250 ms, 400 ms, 2000 ms; TBT 100 ms for all.
+    ttft_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.25, "M": 0.4, "L": 2.0})
+    tbt_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.1, "M": 0.1, "L": 0.1})
+
+    @model_validator(mode="after")
+    def _ordered(self) -> LengthClassConfig:
+        if not self.input_short_lt < self.input_medium_lt <= self.input_max:
+            raise ValueError("input thresholds must satisfy short < medium <= max")
+        if not self.output_short_lt < self.output_medium_lt:
+            raise ValueError("output thresholds must satisfy short < medium")
+        for name, table in (("ttft_s", self.ttft_s), ("tbt_s", self.tbt_s)):
+            if set(table) != set(SIZES):
+                raise ValueError(f"{name} needs exactly the keys {SIZES}")
+        return self
+
+    def input_size(self, prompt_tokens: int) -> str:
+        if prompt_tokens < self.input_short_lt:
+            return "S"
+        if prompt_tokens < self.input_medium_lt:
+            return "M"
+        return "L"
+
+    def output_size(self, output_tokens: int) -> str:
+        if output_tokens < self.output_short_lt:
+            return "S"
+        if output_tokens < self.output_medium_lt:
+            return "M"
+        return "L"
+
+    def classify(self, prompt_tokens: int, predicted_output_tokens: int) -> str:
+        """Two-letter class name: input size then output size, e.g. 'MS'."""
+        return self.input_size(prompt_tokens) + self.output_size(predicted_output_tokens)
+
+    def slo(self, length_class: str) -> SLO:
+        size = length_class[0]
+        return SLO(ttft_s=self.ttft_s[size], tbt_s=self.tbt_s[size])
+
+    @staticmethod
+    def names() -> list[str]:
+        return [i + o for i in SIZES for o in SIZES]
+
+
+class ServiceClass(BaseModel):
+    """A tenant-facing class of service with its own SLO (Chiron: interactive vs batch)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    slo: SLO
+    # Interactive requests also meet their length class's tighter DynamoLLM targets.
+    tighten_with_length_class: bool = False
+
+
+def default_service_classes() -> dict[str, ServiceClass]:
+    """Chiron §6: interactive TTFT 10 s / ITL 200 ms; batch TTFT 1 h / ITL 2 s."""
+    return {
+        "interactive": ServiceClass(
+            name="interactive", slo=SLO(ttft_s=10.0, tbt_s=0.2), tighten_with_length_class=True
+        ),
+        "batch": ServiceClass(name="batch", slo=SLO(ttft_s=3600.0, tbt_s=2.0)),
+    }

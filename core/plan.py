@@ -1,0 +1,33 @@
+"""The one decision object every controller publishes and every runtime applies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    """Replicas, TP, clocks, batch limits and routing weights, keyed by deployment name.
+
+    A controller fills only the fields it owns; `merge` layers controllers that run on
+    different epochs (DynamoLLM's cluster / pool / instance managers) into one plan.
+    """
+
+    replicas: dict[str, int] = field(default_factory=dict)
+    tensor_parallel: dict[str, int] = field(default_factory=dict)
+    clock_mhz: dict[str, int] = field(default_factory=dict)
+    batch_limit: dict[str, int] = field(default_factory=dict)
+    routing_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    reason: str = ""
+
+    def merge(self, other: ClusterPlan) -> ClusterPlan:
+        """Fields set in `other` win; the rest are kept."""
+        return replace(
+            self,
+            replicas={**self.replicas, **other.replicas},
+            tensor_parallel={**self.tensor_parallel, **other.tensor_parallel},
+            clock_mhz={**self.clock_mhz, **other.clock_mhz},
+            batch_limit={**self.batch_limit, **other.batch_limit},
+            routing_weights={**self.routing_weights, **other.routing_weights},
+            reason="; ".join(r for r in (self.reason, other.reason) if r),
+        )

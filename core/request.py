@@ -1,0 +1,44 @@
+"""One inference request as every policy sees it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.slo import SLO
+
+
+@dataclass
+class Request:
+    """A request after classification; lengths in tokens, times in seconds."""
+
+    request_id: str
+    prompt_tokens: int
+    max_tokens: int
+    arrival_s: float
+    slo: SLO
+    service_class: str = "interactive"
+    length_class: str = "MM"
+    predicted_output_tokens: int | None = None
+    # Output length the engine will actually produce (sim engines and traces know it;
+    # a real engine stops at EOS). None means: generate up to max_tokens.
+    target_output_tokens: int | None = None
+    tenant: str = "default"
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1:
+            raise ValueError("prompt_tokens must be >= 1")
+        if self.max_tokens < 1:
+            raise ValueError("max_tokens must be >= 1")
+
+    @property
+    def output_tokens_to_generate(self) -> int:
+        if self.target_output_tokens is None:
+            return self.max_tokens
+        return max(1, min(self.target_output_tokens, self.max_tokens))
+
+    @property
+    def deadline_s(self) -> float:
+        """Absolute E2E deadline, sized by the predicted (else the maximum) output."""
+        out = self.predicted_output_tokens or self.max_tokens
+        return self.arrival_s + self.slo.e2e_for(out)

@@ -1,0 +1,49 @@
+"""Snapshot of one replica, the only thing controllers learn about it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+
+
+@dataclass(frozen=True)
+class ReplicaStats:
+    """What a replica reports each sampling period (a vLLM replica reports the same)."""
+
+    queued_requests: int = 0
+    running_requests: int = 0
+    batch_limit: int = 0
+    kv_blocks_used: int = 0
+    kv_blocks_total: int = 1
+    pending_prompt_tokens: int = 0
+    pending_decode_tokens: int = 0
+    itl_ewma_s: float = 0.0
+    ttft_ewma_s: float = 0.0
+    tokens_per_s: float = 0.0
+    clock_mhz: float = 0.0
+    power_w: float = 0.0
+    energy_j: float = 0.0
+    tensor_parallel: int = 1
+    preemptions: int = 0
+    completed_requests: int = 0
+
+    @property
+    def kv_utilisation(self) -> float:
+        return self.kv_blocks_used / max(self.kv_blocks_total, 1)
+
+    @property
+    def load(self) -> int:
+        """Requests on the replica, waiting or running."""
+        return self.queued_requests + self.running_requests
+
+    def to_metrics(self) -> dict[str, float]:
+        """Flat float dict, the shape Serve's record_autoscaling_stats expects."""
+        return {k: float(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_metrics(cls, metrics: dict[str, float]) -> ReplicaStats:
+        """Inverse of to_metrics; unknown keys ignored, missing keys default."""
+        kwargs = {}
+        for f in fields(cls):
+            if f.name in metrics:
+                kwargs[f.name] = int(metrics[f.name]) if f.type == "int" else float(metrics[f.name])
+        return cls(**kwargs)

@@ -1,0 +1,1 @@
+"""Ray Serve runtime: ingress, replica deployments, metrics and tracing adapters."""

@@ -1,0 +1,222 @@
+"""The OpenAI-compatible HTTP ingress: validate, classify, route to a pool, stream back.
+
+Everything a client can get wrong is answered here with a 4xx in OpenAI's error
+format before any replica sees the request.
+"""
+
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request as HTTPRequest
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+from ray import serve
+from ray.exceptions import RayError
+from ray.serve.exceptions import BackPressureError
+from ray.serve.handle import DeploymentHandle
+
+from app.classify import Classifier, UnknownServiceClass
+from app.config import AppConfig, hash_key
+from app.openai_api import (
+    APIError,
+    ChatCompletionRequest,
+    CompletionRequest,
+    chat_body,
+    completion_body,
+    usage_dict,
+)
+from app.predict import BucketMedianPredictor
+from deployments.metrics import IngressMetrics
+from deployments.tracing import tracer
+from engines.sim_engine import count_words
+
+fastapi_app = FastAPI(title="wattwise", description="SLO-aware, energy-efficient LLM serving (OpenAI API).")
+
+ROUTE_COMPLETIONS = "/v1/completions"
+ROUTE_CHAT = "/v1/chat/completions"
+SERVICE_CLASS_HEADER = "x-service-class"
+
+
+def _overloaded() -> APIError:
+    return APIError(503, "All replicas of this pool are busy; retry later.", "overloaded", retry_after_s=1)
+
+
+def _replica_failed(exc: Exception) -> APIError:
+    return APIError(503, f"The replica serving this request failed ({type(exc).__name__}); retry.", "server_error",
+                    code="replica_failed", retry_after_s=1)
+
+
+def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
+    usage = result.get("usage")
+    if not usage:
+        return None
+    return usage_dict(usage["prompt_tokens"], usage["completion_tokens"], usage["energy_j"])
+
+
+@serve.deployment
+@serve.ingress(fastapi_app)
+class Ingress:
+    def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle]) -> None:
+        self.config = AppConfig.model_validate(config)
+        self.pools = pools
+        self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
+        self.predictor = BucketMedianPredictor(self.config.lengths, self.config.prior_output_tokens)
+        self.keys = {k.sha256: k for k in self.config.api_keys}
+        self.metrics = IngressMetrics()
+
+    # ---- routes ----------------------------------------------------------------
+    @fastapi_app.get("/health")
+    def health(self) -> dict[str, str]:
+        return {"status": "ok"}
+
+    @fastapi_app.get("/v1/models")
+    def models(self) -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
+        }
+
+    @fastapi_app.post(ROUTE_COMPLETIONS)
+    async def completions(self, http: HTTPRequest) -> Any:
+        return await self._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
+
+    @fastapi_app.post(ROUTE_CHAT)
+    async def chat_completions(self, http: HTTPRequest) -> Any:
+        return await self._serve(http, ROUTE_CHAT, ChatCompletionRequest, lambda b: b.prompt_text(), chat_body)
+
+    # ---- the request path --------------------------------------------------------
+    async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
+        arrival_s = time.time()
+        try:
+            tenant, service_class = self._authenticate(http)
+            body = await self._parse(http, schema)
+            with tracer.start_as_current_span("wattwise.classify") as span:
+                request, pool = self._classify(body, prompt_of(body), tenant, service_class, arrival_s)
+                span.set_attribute("wattwise.length_class", request.length_class)
+                span.set_attribute("wattwise.pool", pool)
+            handle = self.pools[pool]
+            rid = f"cmpl-{request.request_id}"
+            if body.stream:
+                include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                gen = handle.options(stream=True).generate.remote(request)
+                first = await self._first_chunk(gen)
+                self.metrics.record(route, 200)
+                return StreamingResponse(
+                    self._sse(gen, first, rid, body.model, render, request, include_usage),
+                    media_type="text/event-stream",
+                )
+            result = await self._call(handle.complete.remote(request))
+            self._learn(request, result)
+            self.metrics.record(route, 200)
+            return render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
+        except APIError as err:
+            self.metrics.record(route, err.status)
+            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    def _authenticate(self, http: HTTPRequest) -> tuple[str, str]:
+        requested = http.headers.get(SERVICE_CLASS_HEADER)
+        if not self.keys:
+            return "default", requested or self.config.default_service_class
+        auth = http.headers.get("authorization", "")
+        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
+        key = self.keys.get(hash_key(token)) if token else None
+        if key is None:
+            raise APIError(401, "Incorrect or missing API key.", "invalid_request_error", code="invalid_api_key")
+        return key.tenant, key.service_class
+
+    async def _parse(self, http: HTTPRequest, schema: type) -> Any:
+        declared = http.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > self.config.max_request_bytes:
+            raise APIError(413, f"Request body exceeds {self.config.max_request_bytes} bytes.", code="request_too_large")
+        raw = await http.body()
+        if len(raw) > self.config.max_request_bytes:
+            raise APIError(413, f"Request body exceeds {self.config.max_request_bytes} bytes.", code="request_too_large")
+        try:
+            data = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise APIError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+        if not isinstance(data, dict):
+            raise APIError(400, "Request body must be a JSON object.", code="invalid_json")
+        try:
+            body = schema.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            param = ".".join(str(p) for p in first["loc"]) or None
+            raise APIError(400, f"Invalid value for '{param}': {first['msg']}", param=param) from None
+        if body.model != self.config.model_name:
+            raise APIError(
+                404, f"The model '{body.model}' does not exist. Available: '{self.config.model_name}'.",
+                param="model", code="model_not_found",
+            )
+        return body
+
+    def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float):
+        prompt_tokens = count_words(prompt)
+        context = self.config.max_context_tokens
+        requested = getattr(body, "requested_max_tokens", body.max_tokens)
+        if prompt_tokens >= context:
+            raise APIError(
+                400, f"This model's maximum context length is {context} tokens; the prompt has {prompt_tokens}.",
+                param="prompt", code="context_length_exceeded",
+            )
+        max_tokens = requested or min(self.config.default_max_tokens, context - prompt_tokens)
+        if prompt_tokens + max_tokens > context:
+            raise APIError(
+                400,
+                f"This model's maximum context length is {context} tokens; you requested {prompt_tokens} in the "
+                f"prompt and {max_tokens} for the completion.",
+                param="max_tokens", code="context_length_exceeded",
+            )
+        predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt)
+        try:
+            return self.classifier.classify(
+                uuid.uuid4().hex, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant
+            )
+        except UnknownServiceClass as exc:
+            raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
+
+    async def _call(self, response: Any) -> dict[str, Any]:
+        try:
+            return await response
+        except BackPressureError:
+            raise _overloaded() from None
+        except RayError as exc:
+            raise _replica_failed(exc) from None
+
+    async def _first_chunk(self, gen: Any) -> dict[str, Any]:
+        """Await the first chunk before answering 200, so overload still gets a 503."""
+        return await self._call(gen.__anext__())
+
+    async def _sse(self, gen, first, rid, model, render, request, include_usage) -> AsyncIterator[str]:
+        chunk = first
+        try:
+            while True:
+                usage = _public_usage(chunk) if chunk["finish_reason"] else None
+                yield f"data: {json.dumps(render(rid, model, chunk['text'], chunk['finish_reason'], None, True))}\n\n"
+                if chunk["finish_reason"]:
+                    self._learn(request, chunk)
+                    if include_usage:
+                        final = render(rid, model, "", None, usage, True)
+                        final["choices"] = []
+                        yield f"data: {json.dumps(final)}\n\n"
+                    yield "data: [DONE]\n\n"
+                    return
+                chunk = await gen.__anext__()
+        except (asyncio.CancelledError, GeneratorExit):
+            gen.cancel()
+            raise
+        except StopAsyncIteration:
+            yield f"data: {json.dumps(APIError(500, 'The replica ended the stream early.', 'server_error').body())}\n\n"
+        except RayError as exc:
+            yield f"data: {json.dumps(_replica_failed(exc).body())}\n\n"
+
+    def _learn(self, request: Any, result: dict[str, Any]) -> None:
+        if result.get("usage"):
+            self.predictor.observe(
+                request.prompt_tokens, result["usage"]["completion_tokens"], request.predicted_output_tokens or 0
+            )

@@ -1,0 +1,81 @@
+"""Prometheus metrics of the serving path, named like vLLM's where one exists.
+
+Ray exports them (prefixed `ray_`) on each node's metrics port and the dashboard;
+Serve adds deployment, replica and application tags.
+"""
+
+from __future__ import annotations
+
+from ray.serve import metrics
+
+from core.stats import ReplicaStats
+from engines.protocol import RequestUsage
+
+_LATENCY_BOUNDS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5, 3, 6, 12, 30, 60, 120, 300]
+_ITL_BOUNDS_S = [0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
+_REQUEST_TAGS = ("pool", "length_class", "service_class")
+
+
+class ReplicaMetrics:
+    """Per-request histograms and counters plus per-replica gauges."""
+
+    def __init__(self, pool: str) -> None:
+        self.pool = pool
+        self.ttft = metrics.Histogram(
+            "wattwise_time_to_first_token_seconds", "Time to first token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS
+        )
+        self.itl = metrics.Histogram(
+            "wattwise_inter_token_latency_seconds", "Mean time between tokens of a request.", _ITL_BOUNDS_S,
+            _REQUEST_TAGS,
+        )
+        self.e2e = metrics.Histogram(
+            "wattwise_e2e_request_latency_seconds", "Arrival to last token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS
+        )
+        self.prompt_tokens = metrics.Counter("wattwise_prompt_tokens_total", "Prefilled prompt tokens.", _REQUEST_TAGS)
+        self.generation_tokens = metrics.Counter(
+            "wattwise_generation_tokens_total", "Generated tokens.", _REQUEST_TAGS
+        )
+        self.request_energy = metrics.Counter(
+            "wattwise_request_energy_joules_total", "GPU energy attributed to requests.", _REQUEST_TAGS
+        )
+        self.requests = metrics.Counter(
+            "wattwise_requests_total", "Finished requests by reason.", (*_REQUEST_TAGS, "finish_reason")
+        )
+        self.energy = metrics.Gauge("wattwise_energy_joules", "GPU energy of the replica since start.", ("pool",))
+        self.power = metrics.Gauge("wattwise_power_watts", "GPU power draw of the replica.", ("pool",))
+        self.clock = metrics.Gauge("wattwise_gpu_clock_mhz", "Locked GPU clock.", ("pool",))
+        self.kv = metrics.Gauge("wattwise_kv_cache_usage_ratio", "Share of KV blocks in use.", ("pool",))
+        self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
+        self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
+
+    def record_request(self, length_class: str, service_class: str, usage: RequestUsage, finish_reason: str) -> None:
+        tags = {"pool": self.pool, "length_class": length_class, "service_class": service_class}
+        self.ttft.observe(usage.ttft_s, tags)
+        if usage.completion_tokens > 1:
+            self.itl.observe((usage.e2e_s - usage.ttft_s) / (usage.completion_tokens - 1), tags)
+        self.e2e.observe(usage.e2e_s, tags)
+        self.prompt_tokens.inc(usage.prompt_tokens, tags)
+        if usage.completion_tokens:
+            self.generation_tokens.inc(usage.completion_tokens, tags)
+        if usage.energy_j > 0:
+            self.request_energy.inc(usage.energy_j, tags)
+        self.requests.inc(1, {**tags, "finish_reason": finish_reason})
+
+    def record_stats(self, stats: ReplicaStats) -> None:
+        tags = {"pool": self.pool}
+        self.energy.set(stats.energy_j, tags)
+        self.power.set(stats.power_w, tags)
+        self.clock.set(stats.clock_mhz, tags)
+        self.kv.set(stats.kv_utilisation, tags)
+        self.running.set(stats.running_requests, tags)
+        self.waiting.set(stats.queued_requests, tags)
+
+
+class IngressMetrics:
+    def __init__(self) -> None:
+        self.responses = metrics.Counter(
+            "wattwise_http_responses_total", "HTTP responses by route and status.", ("route", "status")
+        )
+
+    def record(self, route: str, status: int) -> None:
+        self.responses.inc(1, {"route": route, "status": str(status)})

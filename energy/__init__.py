@@ -1,0 +1,1 @@
+"""Performance, power and energy: models calibrated on measurements, GPU control."""

@@ -1,0 +1,313 @@
+"""Iteration-level continuous batching of one replica, driven by a clock it is given.
+
+This is the one scheduler both runtimes share: the real-time sim engine sleeps for
+each step's modelled duration, the discrete-event simulator schedules an event at
+its end. Modelled on vLLM v1: a running batch bounded by a batch limit, chunked
+prefill under a per-step token budget, paged KV in fixed blocks, and recompute
+preemption of the newest sequence when KV runs out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from core.request import Request
+from core.stats import ReplicaStats
+from energy.perf_model import PerfModel
+
+
+@dataclass
+class Sequence:
+    """A request inside the replica."""
+
+    request: Request
+    enqueued_s: float
+    generated: int = 0
+    prefilled: int = 0  # tokens of the current prefill target already computed
+    prefill_target: int = 0  # prompt (+ tokens generated before a preemption)
+    kv_blocks: int = 0
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    energy_j: float = 0.0
+    preemptions: int = 0
+    max_tbt_s: float = 0.0
+    aborted: bool = False
+
+    @property
+    def request_id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def context_tokens(self) -> int:
+        return self.request.prompt_tokens + self.generated
+
+    @property
+    def in_prefill(self) -> bool:
+        return self.prefilled < self.prefill_target
+
+    @property
+    def done(self) -> bool:
+        return self.generated >= self.request.output_tokens_to_generate
+
+
+@dataclass
+class Step:
+    """One planned engine iteration: what it computes and what it costs."""
+
+    start_s: float
+    time_s: float
+    power_w: float
+    prefill_chunks: list[tuple[Sequence, int]] = field(default_factory=list)
+    decodes: list[Sequence] = field(default_factory=list)
+
+    @property
+    def end_s(self) -> float:
+        return self.start_s + self.time_s
+
+    @property
+    def energy_j(self) -> float:
+        return self.time_s * self.power_w
+
+
+@dataclass
+class StepOutput:
+    """What a finished iteration produced."""
+
+    end_s: float
+    emitted: list[Sequence] = field(default_factory=list)  # one new token each
+    finished: list[Sequence] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class BatcherConfig:
+    tensor_parallel: int = 8
+    clock_mhz: float = 1980.0
+    batch_limit: int = 256
+    max_batched_tokens: int = 8192
+    block_size: int = 16
+    kv_capacity_tokens: int | None = None  # default: what the model leaves free at this TP
+    ewma_alpha: float = 0.2
+
+
+class ContinuousBatcher:
+    """Waiting queue, running batch and KV blocks of one replica."""
+
+    def __init__(self, perf: PerfModel, config: BatcherConfig = BatcherConfig()) -> None:
+        self.perf = perf
+        self.config = config
+        self.tensor_parallel = config.tensor_parallel
+        self.clock_mhz = config.clock_mhz
+        self.batch_limit = config.batch_limit
+        kv_tokens = config.kv_capacity_tokens or perf.kv_capacity_tokens(config.tensor_parallel)
+        self.kv_blocks_total = max(kv_tokens // config.block_size, 1)
+        self.kv_blocks_used = 0
+        self.waiting: deque[Sequence] = deque()
+        self.running: list[Sequence] = []
+        self.by_id: dict[str, Sequence] = {}
+        self.energy_j = 0.0
+        self.accounted_until_s: float | None = None
+        self.busy_until_s = 0.0
+        self.power_w = perf.idle_power_w(config.tensor_parallel)
+        self.itl_ewma_s = 0.0
+        self.ttft_ewma_s = 0.0
+        self.tokens_per_s = 0.0
+        self.preemptions = 0
+        self.completed = 0
+
+    # ---- requests in and out -------------------------------------------------
+    def add(self, request: Request, now_s: float) -> Sequence:
+        if request.request_id in self.by_id:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        blocks_needed = self._blocks_for(request.prompt_tokens + 1)
+        if blocks_needed > self.kv_blocks_total:
+            raise ValueError(
+                f"request {request.request_id!r} needs {blocks_needed} KV blocks; the replica has {self.kv_blocks_total}"
+            )
+        seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
+        self.waiting.append(seq)
+        self.by_id[request.request_id] = seq
+        return seq
+
+    def abort(self, request_id: str) -> bool:
+        """Drop a request wherever it is and free its KV; False if unknown."""
+        seq = self.by_id.pop(request_id, None)
+        if seq is None:
+            return False
+        seq.aborted = True
+        if seq in self.running:
+            self.running.remove(seq)
+        else:
+            self.waiting.remove(seq)
+        self._free(seq)
+        return True
+
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    def set_clock(self, clock_mhz: float) -> None:
+        gpu = self.perf.gpu
+        self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+
+    def set_batch_limit(self, limit: int) -> None:
+        """New limit applies to admissions; running sequences are never evicted for it."""
+        self.batch_limit = max(int(limit), 1)
+
+    # ---- KV ------------------------------------------------------------------
+    def _blocks_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.config.block_size)
+
+    def _free(self, seq: Sequence) -> None:
+        self.kv_blocks_used -= seq.kv_blocks
+        seq.kv_blocks = 0
+
+    def _grow(self, seq: Sequence, tokens: int) -> bool:
+        need = self._blocks_for(tokens) - seq.kv_blocks
+        if need <= 0:
+            return True
+        if self.kv_blocks_used + need > self.kv_blocks_total:
+            return False
+        seq.kv_blocks += need
+        self.kv_blocks_used += need
+        return True
+
+    def _preempt_newest(self) -> Sequence:
+        victim = self.running.pop()
+        self._free(victim)
+        victim.prefilled = 0
+        victim.prefill_target = victim.context_tokens
+        victim.preemptions += 1
+        self.preemptions += 1
+        self.waiting.appendleft(victim)
+        return victim
+
+    # ---- time and energy -----------------------------------------------------
+    def _account_idle(self, now_s: float) -> None:
+        """Charge idle power for any gap since the last step ended."""
+        if self.accounted_until_s is None:
+            self.accounted_until_s = now_s
+        if now_s > self.accounted_until_s:
+            self.energy_j += (now_s - self.accounted_until_s) * self.perf.idle_power_w(self.tensor_parallel)
+            self.accounted_until_s = now_s
+
+    # ---- one iteration -------------------------------------------------------
+    def plan_step(self, now_s: float) -> Step | None:
+        """Choose this iteration's work and cost it; None when there is nothing to do."""
+        self._account_idle(now_s)
+        budget = self.config.max_batched_tokens
+        chunks: list[tuple[Sequence, int]] = []
+        decodes: list[Sequence] = []
+        # Running sequences first, oldest first; preempt the newest when KV is short.
+        i = 0
+        while i < len(self.running):
+            seq = self.running[i]
+            if seq.in_prefill:
+                n = min(seq.prefill_target - seq.prefilled, budget)
+                target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
+            else:
+                n = 1
+                target_tokens = seq.context_tokens + 1
+            while not self._grow(seq, target_tokens):
+                if self._preempt_newest() is seq:
+                    break
+            if seq not in self.running:
+                break
+            if n > 0:
+                if seq.in_prefill:
+                    chunks.append((seq, n))
+                else:
+                    decodes.append(seq)
+                budget -= n
+            i += 1
+        # Admit waiting sequences FCFS while the batch limit, budget and KV allow.
+        while self.waiting and len(self.running) < self.batch_limit and budget > 0:
+            seq = self.waiting[0]
+            n = min(seq.prefill_target, budget)
+            target_tokens = n + (1 if n == seq.prefill_target else 0)
+            if not self._grow(seq, target_tokens):
+                break
+            self.waiting.popleft()
+            self.running.append(seq)
+            chunks.append((seq, n))
+            budget -= n
+        if not chunks and not decodes:
+            return None
+        prefill_tokens = sum(n for _, n in chunks)
+        sum_sq = sum(n * (s.prefilled + n) for s, n in chunks)
+        cost = self.perf.iteration(
+            prefill_tokens, sum_sq, len(decodes), sum(s.context_tokens for s in decodes),
+            self.tensor_parallel, self.clock_mhz,
+        )
+        self.power_w = cost.power_w
+        return Step(now_s, cost.time_s, cost.power_w, chunks, decodes)
+
+    def finish_step(self, step: Step) -> StepOutput:
+        """Apply a planned step at its end time; aborted sequences are skipped."""
+        end = step.end_s
+        self.energy_j += step.energy_j
+        self.accounted_until_s = end
+        out = StepOutput(end_s=end)
+        total_tokens = sum(n for _, n in step.prefill_chunks) + len(step.decodes)
+        per_token_j = step.energy_j / max(total_tokens, 1)
+        for seq, n in step.prefill_chunks:
+            seq.energy_j += per_token_j * n
+            if seq.aborted:
+                continue
+            seq.prefilled += n
+            if not seq.in_prefill:
+                self._emit(seq, end, out)
+        for seq in step.decodes:
+            seq.energy_j += per_token_j
+            if not seq.aborted:
+                self._emit(seq, end, out)
+        if step.time_s > 0:
+            rate = len(out.emitted) / step.time_s
+            self.tokens_per_s += self.config.ewma_alpha * (rate - self.tokens_per_s)
+        for seq in out.finished:
+            self.running.remove(seq)
+            self._free(seq)
+            del self.by_id[seq.request_id]
+            self.completed += 1
+        self.power_w = self.perf.idle_power_w(self.tensor_parallel)
+        return out
+
+    def _emit(self, seq: Sequence, now_s: float, out: StepOutput) -> None:
+        alpha = self.config.ewma_alpha
+        if seq.first_token_s is None:
+            seq.first_token_s = now_s
+            ttft = now_s - seq.request.arrival_s
+            self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
+        elif seq.last_token_s is not None:
+            gap = now_s - seq.last_token_s
+            seq.max_tbt_s = max(seq.max_tbt_s, gap)
+            self.itl_ewma_s = gap if self.itl_ewma_s == 0 else self.itl_ewma_s + alpha * (gap - self.itl_ewma_s)
+        seq.last_token_s = now_s
+        seq.generated += 1
+        out.emitted.append(seq)
+        if seq.done:
+            out.finished.append(seq)
+
+    # ---- reporting -----------------------------------------------------------
+    def stats(self, now_s: float) -> ReplicaStats:
+        self._account_idle(now_s)
+        return ReplicaStats(
+            queued_requests=len(self.waiting),
+            running_requests=len(self.running),
+            batch_limit=self.batch_limit,
+            kv_blocks_used=self.kv_blocks_used,
+            kv_blocks_total=self.kv_blocks_total,
+            pending_prompt_tokens=sum(s.prefill_target - s.prefilled for s in (*self.waiting, *self.running)),
+            pending_decode_tokens=sum(
+                s.request.output_tokens_to_generate - s.generated for s in (*self.waiting, *self.running)
+            ),
+            itl_ewma_s=self.itl_ewma_s,
+            ttft_ewma_s=self.ttft_ewma_s,
+            tokens_per_s=self.tokens_per_s,
+            clock_mhz=self.clock_mhz,
+            power_w=self.power_w,
+            energy_j=self.energy_j,
+            tensor_parallel=self.tensor_parallel,
+            preemptions=self.preemptions,
+            completed_requests=self.completed,
+        )

@@ -1,0 +1,47 @@
+"""The interface every engine (sim, vLLM) offers to a replica deployment."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Protocol
+
+from core.request import Request
+from core.stats import ReplicaStats
+
+
+@dataclass(frozen=True)
+class RequestUsage:
+    """Final accounting of one request, sent with its last chunk."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    energy_j: float
+    ttft_s: float
+    e2e_s: float
+    max_tbt_s: float
+    preemptions: int
+
+
+@dataclass(frozen=True)
+class GenerationChunk:
+    """Tokens produced since the last chunk; `usage` and `finish_reason` on the last."""
+
+    text: str
+    num_tokens: int
+    finish_reason: str | None = None
+    usage: RequestUsage | None = None
+
+
+class Engine(Protocol):
+    def count_tokens(self, text: str) -> int: ...
+
+    def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+        """Stream a request's output; closing the iterator aborts the request."""
+        ...
+
+    def stats(self) -> ReplicaStats: ...
+
+    def set_batch_limit(self, limit: int) -> None: ...
+
+    async def shutdown(self) -> None: ...

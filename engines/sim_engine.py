@@ -1,0 +1,150 @@
+"""A simulated GPU replica that serves in real time.
+
+It runs the shared ContinuousBatcher against the wall clock: each step sleeps for the
+modelled iteration time, then hands placeholder tokens to the waiting streams. Output
+lengths are exactly the request's target (the trace's, else max_tokens), so load tests
+reproduce a trace's token counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.request import Request
+from core.stats import ReplicaStats
+from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
+from engines.protocol import GenerationChunk, RequestUsage
+from energy.calibration import default_perf_model
+
+_WORDS = (
+    "the of and to in is that for it as with was on be by this are at from or an have not but "
+    "they which one you all were we when there can more if no out so said what up its about into "
+    "than them only other new some could time these two may then do first any my now such like"
+).split()
+
+
+class SimEngineConfig(BaseModel):
+    """A modelled replica: which GPU and model it imitates, at which TP and clock."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "llama2-70b"
+    hardware: str = "h100-80gb"
+    tensor_parallel: int = Field(default=8, gt=0)
+    clock_mhz: float = Field(default=1980, gt=0)
+    batch_limit: int = Field(default=256, gt=0)
+    max_batched_tokens: int = Field(default=8192, gt=0)
+
+
+def count_words(text: str) -> int:
+    """The sim engine's tokenizer: one token per whitespace-separated word (min 1)."""
+    return max(len(text.split()), 1)
+
+
+def placeholder_text(request_id: str, start: int, count: int) -> str:
+    seed = sum(map(ord, request_id))
+    return "".join(" " + _WORDS[(seed + i) % len(_WORDS)] for i in range(start, start + count))
+
+
+class SimEngine:
+    """Engine protocol over the modelled GPU, driven by asyncio sleeps."""
+
+    def __init__(self, config: SimEngineConfig = SimEngineConfig(), clock: Callable[[], float] = time.time):
+        self.config = config
+        self._clock = clock
+        perf = default_perf_model(config.model, config.hardware)
+        self.batcher = ContinuousBatcher(
+            perf,
+            BatcherConfig(
+                tensor_parallel=config.tensor_parallel, clock_mhz=config.clock_mhz,
+                batch_limit=config.batch_limit, max_batched_tokens=config.max_batched_tokens,
+            ),
+        )
+        self.max_context_tokens = perf.model.max_context_tokens
+        self._queues: dict[str, asyncio.Queue[Sequence | None]] = {}
+        self._wakeup = asyncio.Event()
+        self._loop_task: asyncio.Task | None = None
+
+    def count_tokens(self, text: str) -> int:
+        return count_words(text)
+
+    def stats(self) -> ReplicaStats:
+        return self.batcher.stats(self._clock())
+
+    def set_batch_limit(self, limit: int) -> None:
+        self.batcher.set_batch_limit(limit)
+        self._wakeup.set()
+
+    def set_clock(self, clock_mhz: float) -> None:
+        self.batcher.set_clock(clock_mhz)
+
+    async def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+        self._ensure_loop()
+        queue: asyncio.Queue[Sequence | None] = asyncio.Queue()
+        seq = self.batcher.add(request, self._clock())
+        self._queues[request.request_id] = queue
+        self._wakeup.set()
+        sent = 0
+        try:
+            while True:
+                item = await queue.get()
+                # Coalesce everything already produced into one chunk.
+                while not queue.empty() and item is not None:
+                    item = queue.get_nowait()
+                n = seq.generated - sent
+                if item is None or seq.done:
+                    yield GenerationChunk(
+                        placeholder_text(request.request_id, sent, n), n,
+                        finish_reason="length" if seq.generated >= request.max_tokens else "stop",
+                        usage=self._usage(seq),
+                    )
+                    return
+                if n:
+                    yield GenerationChunk(placeholder_text(request.request_id, sent, n), n)
+                    sent += n
+        finally:
+            self._queues.pop(request.request_id, None)
+            if not seq.done:
+                self.batcher.abort(request.request_id)
+
+    def _usage(self, seq: Sequence) -> RequestUsage:
+        arrival = seq.request.arrival_s
+        return RequestUsage(
+            prompt_tokens=seq.request.prompt_tokens,
+            completion_tokens=seq.generated,
+            energy_j=seq.energy_j,
+            ttft_s=(seq.first_token_s or arrival) - arrival,
+            e2e_s=(seq.last_token_s or arrival) - arrival,
+            max_tbt_s=seq.max_tbt_s,
+            preemptions=seq.preemptions,
+        )
+
+    def _ensure_loop(self) -> None:
+        if self._loop_task is None or self._loop_task.done():
+            self._loop_task = asyncio.get_running_loop().create_task(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            step = self.batcher.plan_step(self._clock())
+            if step is None:
+                self._wakeup.clear()
+                await self._wakeup.wait()
+                continue
+            await asyncio.sleep(step.time_s)
+            out = self.batcher.finish_step(step)
+            for seq in out.emitted:
+                queue = self._queues.get(seq.request_id)
+                if queue is not None:
+                    queue.put_nowait(None if seq.done else seq)
+
+    async def shutdown(self) -> None:
+        if self._loop_task is not None:
+            self._loop_task.cancel()
+            try:
+                await self._loop_task
+            except asyncio.CancelledError:
+                pass
