@@ -35,4 +35,7 @@ def build_app(args: dict[str, Any]) -> Application:
     """`serve run serve_config.yaml` entry point: args are validated as AppConfig."""
     config = AppConfig.model_validate(args or {})
     pools = {p.deployment_name: _pool_deployment(p, config.stream_flush_s) for p in config.pools}
-    return Ingress.options(ray_actor_options={"num_cpus": 0.2}).bind(config.model_dump(mode="json"), pools)
+    ingress = Ingress.options(
+        ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests
+    )
+    return ingress.bind(config.model_dump(mode="json"), pools)

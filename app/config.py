@@ -80,6 +80,9 @@ class AppConfig(BaseModel):
     # Empty: no auth, the service class comes from the X-Service-Class header.
     api_keys: list[ApiKey] = Field(default_factory=list)
     default_max_tokens: int = Field(default=256, gt=0)
+    # Concurrent HTTP requests per ingress replica; Serve's default of 5 would queue
+    # streams behind each other at the proxy.
+    ingress_max_ongoing_requests: int = Field(default=2048, gt=0)
     max_request_bytes: int = Field(default=1_000_000, gt=0)
     # Tokens are sent through Serve in batches at most this far apart (each yield is a
     # Ray object, so one per token would cap a replica at a few hundred tokens/s).

@@ -51,6 +51,26 @@ def _replica_failed(exc: Exception) -> APIError:
                     code="replica_failed", retry_after_s=1)
 
 
+def _service_report(request: Any, pool: str, result: dict[str, Any]) -> dict[str, Any] | None:
+    """How the request was served against its SLO: the `wattwise` field of a response."""
+    usage = result.get("usage")
+    if not usage:
+        return None
+    n = usage["completion_tokens"]
+    mean_tbt_s = (usage["e2e_s"] - usage["ttft_s"]) / (n - 1) if n > 1 else 0.0
+    return {
+        "length_class": request.length_class,
+        "service_class": request.service_class,
+        "pool": pool,
+        "ttft_s": usage["ttft_s"],
+        "mean_tbt_s": mean_tbt_s,
+        "e2e_s": usage["e2e_s"],
+        "slo_ttft_s": request.slo.ttft_s,
+        "slo_tbt_s": request.slo.tbt_s,
+        "slo_met": usage["ttft_s"] <= request.slo.ttft_s and mean_tbt_s <= request.slo.tbt_s,
+    }
+
+
 def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
     usage = result.get("usage")
     if not usage:
@@ -81,6 +101,16 @@ class Ingress:
             "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
         }
 
+    @fastapi_app.get("/admin/pools")
+    def pools_status(self) -> dict[str, Any]:
+        """Replica counts per pool as Serve reports them (for dashboards and the demo)."""
+        status = serve.status().applications[serve.get_replica_context().app_name]
+        return {
+            name: {"status": str(dep.status), "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}}
+            for name, dep in status.deployments.items()
+            if name in self.pools
+        }
+
     @fastapi_app.post(ROUTE_COMPLETIONS)
     async def completions(self, http: HTTPRequest) -> Any:
         return await self._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
@@ -107,13 +137,15 @@ class Ingress:
                 first = await self._first_chunk(gen)
                 self.metrics.record(route, 200)
                 return StreamingResponse(
-                    self._sse(gen, first, rid, body.model, render, request, include_usage),
+                    self._sse(gen, first, rid, body.model, render, request, pool, include_usage),
                     media_type="text/event-stream",
                 )
             result = await self._call(handle.complete.remote(request))
             self._learn(request, result)
             self.metrics.record(route, 200)
-            return render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
+            response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
+            response["wattwise"] = _service_report(request, pool, result)
+            return response
         except APIError as err:
             self.metrics.record(route, err.status)
             return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
@@ -192,16 +224,18 @@ class Ingress:
         """Await the first chunk before answering 200, so overload still gets a 503."""
         return await self._call(gen.__anext__())
 
-    async def _sse(self, gen, first, rid, model, render, request, include_usage) -> AsyncIterator[str]:
+    async def _sse(self, gen, first, rid, model, render, request, pool, include_usage) -> AsyncIterator[str]:
         chunk = first
         try:
             while True:
-                usage = _public_usage(chunk) if chunk["finish_reason"] else None
-                yield f"data: {json.dumps(render(rid, model, chunk['text'], chunk['finish_reason'], None, True))}\n\n"
+                body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True)
+                if chunk["finish_reason"]:
+                    body["wattwise"] = _service_report(request, pool, chunk)
+                yield f"data: {json.dumps(body)}\n\n"
                 if chunk["finish_reason"]:
                     self._learn(request, chunk)
                     if include_usage:
-                        final = render(rid, model, "", None, usage, True)
+                        final = render(rid, model, "", None, _public_usage(chunk), True)
                         final["choices"] = []
                         yield f"data: {json.dumps(final)}\n\n"
                     yield "data: [DONE]\n\n"

@@ -240,6 +240,9 @@ class ContinuousBatcher:
             self.tensor_parallel, self.clock_mhz,
         )
         self.power_w = cost.power_w
+        # The step's energy is charged by finish_step: stats() taken mid-step must not
+        # also charge idle power for the same interval.
+        self.accounted_until_s = now_s + cost.time_s
         return Step(now_s, cost.time_s, cost.power_w, chunks, decodes)
 
     def finish_step(self, step: Step) -> StepOutput:

@@ -1,0 +1,31 @@
+"""One local Ray cluster with the app from serve_config.yaml, shared by the Serve tests."""
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from app.config import hash_key
+from wattwise.local_serve import LocalServe
+
+INTERACTIVE_KEY = "sk-test-interactive"
+BATCH_KEY = "sk-test-batch"
+
+
+def _test_config(config: dict[str, Any]) -> None:
+    """The shipped config, with test keys, full tracing and a quick-to-react policy."""
+    config["tracing_config"]["sampling_ratio"] = 1.0
+    app = config["applications"][0]
+    app["autoscaling_policy"]["policy_kwargs"].update({"target_requests_per_replica": 4, "downscale_hold_s": 3})
+    app["args"]["api_keys"] = [
+        {"sha256": hash_key(INTERACTIVE_KEY), "tenant": "acme", "service_class": "interactive"},
+        {"sha256": hash_key(BATCH_KEY), "tenant": "acme-batch", "service_class": "batch"},
+    ]
+    for pool in app["args"]["pools"]:
+        pool["autoscaling"]["max_replicas"] = 3
+
+
+@pytest.fixture(scope="session")
+def served() -> Iterator[LocalServe]:
+    with LocalServe(edit=_test_config) as local:
+        yield local

@@ -1,0 +1,95 @@
+"""The shared continuous batcher: conservation, limits, KV and preemption, energy."""
+
+from core.request import Request
+from core.slo import SLO
+from energy.calibration import default_perf_model
+from engines.batching import BatcherConfig, ContinuousBatcher
+
+SLO_ = SLO(ttft_s=1, tbt_s=0.1)
+
+
+def _req(i: int, prompt: int = 100, out: int = 20) -> Request:
+    return Request(f"r{i}", prompt, out, 0.0, SLO_)
+
+
+def _drain(b: ContinuousBatcher, t: float = 0.0) -> tuple[float, dict[str, int], int]:
+    emitted: dict[str, int] = {}
+    steps = 0
+    while b.has_work():
+        step = b.plan_step(t)
+        out = b.finish_step(step)
+        for seq in out.emitted:
+            emitted[seq.request_id] = emitted.get(seq.request_id, 0) + 1
+        t = out.end_s
+        steps += 1
+    return t, emitted, steps
+
+
+def test_every_token_exactly_once() -> None:
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8))
+    for i in range(30):
+        b.add(_req(i, 50 + 10 * i, 5 + i), 0.0)
+    _, emitted, _ = _drain(b)
+    assert emitted == {f"r{i}": 5 + i for i in range(30)}
+    assert b.kv_blocks_used == 0 and b.completed == 30
+
+
+def test_batch_limit_bounds_the_running_batch() -> None:
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8, batch_limit=4))
+    for i in range(10):
+        b.add(_req(i), 0.0)
+    step = b.plan_step(0.0)
+    assert len(step.prefill_chunks) == 4 and len(b.waiting) == 6
+
+
+def test_kv_pressure_preempts_and_still_completes() -> None:
+    b = ContinuousBatcher(
+        default_perf_model(), BatcherConfig(tensor_parallel=8, kv_capacity_tokens=16 * 40, block_size=16)
+    )
+    for i in range(6):
+        b.add(_req(i, prompt=60, out=60), 0.0)
+    _, emitted, _ = _drain(b)
+    assert b.preemptions > 0
+    assert all(n == 60 for n in emitted.values()) and len(emitted) == 6
+
+
+def test_chunked_prefill_respects_token_budget() -> None:
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8, max_batched_tokens=512))
+    b.add(_req(0, prompt=2000, out=2), 0.0)
+    first = b.plan_step(0.0)
+    assert sum(n for _, n in first.prefill_chunks) == 512
+    b.finish_step(first)
+    _, emitted, steps = _drain(b, first.end_s)
+    # 3 more chunks (512, 512, 464: the last emits the first token), then 1 decode.
+    assert emitted == {"r0": 1 + 1} and steps == 4
+
+
+def test_abort_frees_kv_and_drops_tokens() -> None:
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8))
+    b.add(_req(0), 0.0)
+    b.add(_req(1), 0.0)
+    step = b.plan_step(0.0)
+    assert b.abort("r0")
+    out = b.finish_step(step)
+    assert [s.request_id for s in out.emitted] == ["r1"]
+    assert not b.abort("r0")
+
+
+def test_idle_time_costs_idle_power() -> None:
+    pm = default_perf_model()
+    b = ContinuousBatcher(pm, BatcherConfig(tensor_parallel=4))
+    b.stats(0.0)
+    assert b.stats(10.0).energy_j == pm.idle_power_w(4) * 10
+
+
+def test_lower_clock_is_slower_and_costs_less_power() -> None:
+    def run(clock: float) -> tuple[float, float]:
+        b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8, clock_mhz=clock))
+        for i in range(8):
+            b.add(_req(i, 200, 50), 0.0)
+        t, _, _ = _drain(b)
+        return t, b.energy_j / t
+
+    slow_t, slow_w = run(1000)
+    fast_t, fast_w = run(1980)
+    assert slow_t > fast_t and slow_w < fast_w

@@ -1,0 +1,177 @@
+"""The Serve path end to end: real Ray, real HTTP, the real openai client."""
+
+import asyncio
+import json
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.conftest import BATCH_KEY, INTERACTIVE_KEY
+from wattwise.local_serve import LocalServe
+
+pytestmark = pytest.mark.ray
+MODEL = "llama2-70b-sim"
+
+
+def _client(served: LocalServe, key: str = INTERACTIVE_KEY) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def _words(n: int) -> str:
+    return " ".join(["word"] * n)
+
+
+def test_models(served: LocalServe) -> None:
+    assert [m.id for m in _client(served).models.list()] == [MODEL]
+
+
+def test_completion_reports_tokens_energy_and_slo(served: LocalServe) -> None:
+    resp = _client(served).completions.create(model=MODEL, prompt=_words(40), max_tokens=12)
+    assert resp.usage.prompt_tokens == 40 and resp.usage.completion_tokens == 12
+    assert len(resp.choices[0].text.split()) == 12
+    assert resp.choices[0].finish_reason == "length"
+    assert resp.usage.model_extra["energy_j"] > 0
+    report = resp.model_extra["wattwise"]
+    assert report["pool"] == "pool-short" and report["service_class"] == "interactive"
+    assert 0 < report["ttft_s"] <= report["e2e_s"]
+
+
+def test_chat_streaming(served: LocalServe) -> None:
+    stream = _client(served).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": _words(30)}], max_tokens=40, stream=True,
+        stream_options={"include_usage": True},
+    )
+    text, usage, chunks = "", None, 0
+    for chunk in stream:
+        chunks += 1
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+        if chunk.usage:
+            usage = chunk.usage
+    assert len(text.split()) == 40
+    assert usage is not None and usage.completion_tokens == 40
+    assert 2 < chunks < 40  # tokens are batched per flush, but not all in one chunk
+
+
+@pytest.mark.parametrize(("words", "pool"), [(254, "pool-short"), (255, "pool-medium"), (1022, "pool-medium"),
+                                             (1023, "pool-long")])
+def test_classification_boundaries(served: LocalServe, words: int, pool: str) -> None:
+    # Chat prompts gain the role prefix ("user:"), one word: 254 words -> 255 tokens.
+    resp = _client(served).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": _words(words)}], max_tokens=2
+    )
+    assert resp.model_extra["wattwise"]["pool"] == pool
+
+
+def test_service_class_comes_from_the_key(served: LocalServe) -> None:
+    resp = _client(served, BATCH_KEY).completions.create(model=MODEL, prompt="hi", max_tokens=2)
+    report = resp.model_extra["wattwise"]
+    assert report["service_class"] == "batch" and report["slo_ttft_s"] == 3600
+
+
+def _post(served: LocalServe, body: bytes | str, key: str | None = INTERACTIVE_KEY) -> httpx.Response:
+    headers = {"content-type": "application/json"}
+    if key:
+        headers["authorization"] = f"Bearer {key}"
+    return httpx.post(f"{served.base_url}/v1/completions", content=body, headers=headers, timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        ("{not json", 400, "invalid_json"),
+        ("[1, 2]", 400, "invalid_json"),
+        (json.dumps({"model": "gpt-17", "prompt": "hi"}), 404, "model_not_found"),
+        (json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": -5}), 400, None),
+        (json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 10**9}), 400, None),
+        (json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 9000}), 400, "context_length_exceeded"),
+        (json.dumps({"model": MODEL, "prompt": _words(9000)}), 400, "context_length_exceeded"),
+        (json.dumps({"model": MODEL, "prompt": ""}), 400, None),
+        (json.dumps({"model": MODEL}), 400, None),
+    ],
+)
+def test_bad_input_gets_openai_error(served: LocalServe, body: str, status: int, code: str | None) -> None:
+    resp = _post(served, body)
+    assert resp.status_code == status
+    error = resp.json()["error"]
+    assert error["message"] and error["type"] == "invalid_request_error"
+    assert error["code"] == code
+
+
+@pytest.mark.parametrize("key", [None, "sk-wrong"])
+def test_bad_api_key_is_401(served: LocalServe, key: str | None) -> None:
+    resp = _post(served, json.dumps({"model": MODEL, "prompt": "hi"}), key=key)
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_api_key"
+    with pytest.raises(openai.AuthenticationError):
+        _client(served, "sk-wrong").completions.create(model=MODEL, prompt="hi", max_tokens=2)
+
+
+def _metric_sum(served: LocalServe, name: str, **labels: str) -> float:
+    total = 0.0
+    for line in httpx.get(served.metrics_url, timeout=10).text.splitlines():
+        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _wait_for(predicate, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def test_client_disconnect_frees_the_slot(served: LocalServe) -> None:
+    client = _client(served)
+    stream = client.completions.create(model=MODEL, prompt=_words(2000), max_tokens=4000, stream=True)
+    next(iter(stream))
+    _wait_for(lambda: _metric_sum(served, "ray_wattwise_num_requests_running", pool="long") >= 1, 60, "running")
+    stream.close()
+    _wait_for(lambda: _metric_sum(served, "ray_wattwise_num_requests_running", pool="long") == 0, 60, "slot freed")
+
+
+def test_metrics_and_spans_appear(served: LocalServe) -> None:
+    _client(served).completions.create(model=MODEL, prompt="hello there", max_tokens=3)
+    for name in (
+        "ray_wattwise_time_to_first_token_seconds_bucket",
+        "ray_wattwise_e2e_request_latency_seconds_bucket",
+        "ray_wattwise_generation_tokens_total",
+        "ray_wattwise_request_energy_joules_total",
+        "ray_wattwise_power_watts",
+        "ray_wattwise_gpu_clock_mhz",
+    ):
+        _wait_for(lambda n=name: _metric_sum(served, n) > 0, 60, name)
+    _wait_for(lambda: served.spans_path.exists() and "wattwise.classify" in served.spans_path.read_text(), 30, "spans")
+
+
+def _replicas(served: LocalServe, pool: str) -> int:
+    return served.pool_replicas()[pool]
+
+
+def test_autoscaling_raises_and_lowers_replicas(served: LocalServe) -> None:
+    client = openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key=INTERACTIVE_KEY, max_retries=0, timeout=120)
+
+    async def load() -> None:
+        # 24 long-running requests on one replica: 6x its target of 4.
+        await asyncio.gather(
+            *(client.completions.create(model=MODEL, prompt="short prompt", max_tokens=400) for _ in range(24))
+        )
+
+    assert _replicas(served, "pool-short") == 1
+    task_loop = asyncio.new_event_loop()
+    try:
+        future = task_loop.create_task(load())
+        deadline = time.monotonic() + 90
+        peak = 1
+        while not future.done() and time.monotonic() < deadline:
+            task_loop.run_until_complete(asyncio.sleep(1))
+            peak = max(peak, _replicas(served, "pool-short"))
+        task_loop.run_until_complete(future)
+    finally:
+        task_loop.close()
+    assert peak >= 2
+    _wait_for(lambda: _replicas(served, "pool-short") == 1, 90, "scale back down to 1")

@@ -1,0 +1,1 @@
+"""wattwise: the command line and local launch helpers."""

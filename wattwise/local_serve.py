@@ -1,0 +1,121 @@
+"""Start a local Ray head and the app from a serve config, as a user would, and stop it.
+
+Used by `wattwise demo`, the Serve tests and the ingress benchmark, so all three
+exercise the same `serve run CONFIG` path users take.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from wattwise.paths import SERVE_CONFIG
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _bin(name: str) -> str:
+    """The console script next to this interpreter (the venv's), else on PATH."""
+    candidate = Path(sys.executable).parent / name
+    found = str(candidate) if candidate.exists() else shutil.which(name)
+    if found is None:
+        raise FileNotFoundError(f"{name!r} not found; is ray[serve] installed?")
+    return found
+
+
+class LocalServe:
+    """A Ray head on this machine running the wattwise app; use as a context manager.
+
+    `edit` receives the parsed serve config and may change it (ports are set here)."""
+
+    def __init__(
+        self,
+        config_path: Path = SERVE_CONFIG,
+        edit: Callable[[dict[str, Any]], None] | None = None,
+        num_cpus: int = 2,
+        log: Path | None = None,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
+        self.http_port = free_port()
+        self.metrics_port = free_port()
+        self.gcs_port = free_port()
+        self.num_cpus = num_cpus
+        self.log_path = log or self.workdir / "serve.log"
+        self.spans_path = self.workdir / "spans.jsonl"
+        config = yaml.safe_load(Path(config_path).read_text())
+        config.setdefault("http_options", {}).update({"host": "127.0.0.1", "port": self.http_port})
+        if edit is not None:
+            edit(config)
+        self.config = config
+        self.config_path = self.workdir / "serve_config.yaml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self.env = {
+            **os.environ,
+            "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback
+            "RAY_USAGE_STATS_ENABLED": "0",
+            "WATTWISE_SPANS_FILE": str(self.spans_path),
+            **(env or {}),
+        }
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def _run(self, *args: str, timeout: float = 180) -> None:
+        with open(self.log_path, "a") as log:
+            subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
+
+    def start(self, timeout_s: float = 240) -> LocalServe:
+        self._run(
+            _bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
+            f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
+            f"--dashboard-port={free_port()}", "--disable-usage-stats",
+        )
+        self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}", str(self.config_path))
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._all_pools_running():
+                return self
+            time.sleep(1)
+        self.stop()
+        raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
+
+    def pool_replicas(self) -> dict[str, int]:
+        """Running replicas per pool deployment, from the ingress's /admin/pools."""
+        status = httpx.get(f"{self.base_url}/admin/pools", timeout=10).json()
+        return {pool: info["replicas"].get("RUNNING", 0) for pool, info in status.items()}
+
+    def _all_pools_running(self) -> bool:
+        try:
+            return all(n >= 1 for n in self.pool_replicas().values())
+        except (httpx.HTTPError, ValueError):
+            return False
+
+    def stop(self) -> None:
+        subprocess.run([_bin("ray"), "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+
+    def __enter__(self) -> LocalServe:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
