@@ -1,0 +1,91 @@
+"""Ingress overhead: the Serve path (HTTP -> ingress -> pool replica -> sim engine) against
+the same sim engine called in-process, streaming and not, at concurrency 1 and 16.
+
+Both sides run identical requests on an identically configured engine, so the
+difference in latency is what Serve, HTTP and our ingress add. Prints a table.
+Run: `wattwise bench ingress [--requests N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+
+import numpy as np
+import openai
+
+from core.request import Request
+from core.slo import SLO
+from engines.sim_engine import SimEngine, SimEngineConfig
+from wattwise.local_serve import LocalServe
+
+MODEL = "llama2-70b-sim"
+PROMPT_WORDS = 8
+MAX_TOKENS = 8
+
+
+async def _direct_call(engine: SimEngine, stream: bool) -> None:
+    request = Request(uuid.uuid4().hex, PROMPT_WORDS, MAX_TOKENS, time.time(), SLO(ttft_s=1, tbt_s=1))
+    async for _ in engine.generate(request):
+        pass
+
+
+async def _http_call(client: openai.AsyncOpenAI, stream: bool) -> None:
+    prompt = " ".join(["word"] * PROMPT_WORDS)
+    if stream:
+        async for _ in await client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, stream=True):
+            pass
+    else:
+        await client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS)
+
+
+async def _measure(call: Callable[[], Awaitable[None]], requests: int, concurrency: int) -> tuple[float, list[float]]:
+    latencies: list[float] = []
+    queue = list(range(requests))
+
+    async def worker() -> None:
+        while queue:
+            queue.pop()
+            t0 = time.perf_counter()
+            await call()
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return requests / (time.perf_counter() - start), latencies
+
+
+async def _run(served: LocalServe, requests: int) -> list[tuple]:
+    # Match the pool that serves short prompts in serve_config.yaml (TP2, max clock).
+    engine = SimEngine(SimEngineConfig(tensor_parallel=2))
+    client = openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key="local", max_retries=0, timeout=120)
+    await _http_call(client, False)  # warm the path
+    rows = []
+    for stream in (False, True):
+        for concurrency in (1, 16):
+            n = requests if concurrency == 1 else requests * 4
+            d_rps, d_lat = await _measure(lambda s=stream: _direct_call(engine, s), n, concurrency)
+            h_rps, h_lat = await _measure(lambda s=stream: _http_call(client, s), n, concurrency)
+            rows.append((stream, concurrency, d_rps, h_rps, d_lat, h_lat))
+    await engine.shutdown()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wattwise bench ingress", description=__doc__)
+    parser.add_argument("--requests", type=int, default=30, help="requests per cell at concurrency 1 (x4 at 16)")
+    args = parser.parse_args(argv)
+    with LocalServe() as served:
+        rows = asyncio.run(_run(served, args.requests))
+    print(f"\nrequest: {PROMPT_WORDS} prompt tokens, {MAX_TOKENS} output tokens, sim engine TP2 (~{MAX_TOKENS} x 37 ms)")
+    print(f"{'mode':<10}{'conc':>5}{'direct rps':>12}{'serve rps':>11}{'rps ratio':>10}"
+          f"{'direct p50':>12}{'serve p50':>11}{'added p50':>11}{'added p99':>11}")
+    for stream, conc, d_rps, h_rps, d_lat, h_lat in rows:
+        d50, h50 = np.percentile(d_lat, 50) * 1000, np.percentile(h_lat, 50) * 1000
+        d99, h99 = np.percentile(d_lat, 99) * 1000, np.percentile(h_lat, 99) * 1000
+        print(f"{'stream' if stream else 'unary':<10}{conc:>5}{d_rps:>12.1f}{h_rps:>11.1f}{h_rps / d_rps:>10.2f}"
+              f"{d50:>10.1f}ms{h50:>9.1f}ms{h50 - d50:>9.1f}ms{h99 - d99:>9.1f}ms")
+    return 0

@@ -1,0 +1,77 @@
+"""`wattwise` command line: one entry point, a subcommand per job."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from wattwise.paths import SERVE_CONFIG
+
+USAGE = """usage: wattwise COMMAND [ARGS]
+
+commands:
+  demo       start the app on simulated GPUs and replay the Azure conversation trace through it
+  serve      run the app: `serve run` on serve_config.yaml (or --config PATH)
+  simulate   replay a trace through the same policies in the discrete-event simulator
+  calibrate  fit the performance model and print its held-out error
+  bench      run a benchmark: ingress | sim-speed
+"""
+
+
+def _serve(argv: list[str]) -> int:
+    config = str(SERVE_CONFIG)
+    if argv[:1] == ["--config"] and len(argv) > 1:
+        config, argv = argv[1], argv[2:]
+    serve_bin = os.path.join(os.path.dirname(sys.executable), "serve")
+    os.execv(serve_bin, [serve_bin, "run", config, *argv])
+
+
+def _calibrate(argv: list[str]) -> int:
+    from energy.calibration import holdout_report, power_cap_report
+
+    print(f"{'model':<12} {'hardware':<12} {'train':>6} {'test':>5} {'prompt MAPE':>12} {'token MAPE':>11}")
+    for model, hw in (("llama2-70b", "h100-80gb"), ("llama2-70b", "a100-80gb"), ("bloom-176b", "h100-80gb")):
+        r = holdout_report(model, hw)
+        print(f"{model:<12} {hw:<12} {r.train_rows:>6} {r.test_rows:>5} {r.prompt_mape_pct:>11.1f}% "
+              f"{r.token_mape_pct:>10.1f}%")
+    prompt, token = power_cap_report()
+    print(f"power-capped H100 (350 W/GPU) predicted from the uncapped fit: prompt MAPE {prompt:.1f}%, "
+          f"token MAPE {token:.1f}%")
+    return 0
+
+
+def _bench(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("ingress", "sim-speed"):
+        print("usage: wattwise bench ingress|sim-speed [ARGS]", file=sys.stderr)
+        return 2
+    if argv[0] == "ingress":
+        from bench.ingress_overhead import main as run
+    else:
+        from bench.sim_speed import main as run
+    return run(argv[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "demo":
+        from wattwise.demo import main as run
+    elif command == "simulate":
+        from sim.cli import main as run
+    elif command == "serve":
+        run = _serve
+    elif command == "calibrate":
+        run = _calibrate
+    elif command == "bench":
+        run = _bench
+    else:
+        print(f"unknown command {command!r}\n{USAGE}", file=sys.stderr)
+        return 2
+    return run(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
