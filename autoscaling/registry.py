@@ -5,11 +5,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from autoscaling.baselines import (
+    PoolPlanConfig,
+    ScaleFreqPolicy,
+    ScaleInstPolicy,
+    ScaleShardPolicy,
+    StaticPolicy,
+)
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.policy import ControlPolicy
 
 POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "utilisation": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
+    # Baselines (DynamoLLM §V-A; Llumnix as in Chiron; Triton-like as in throttLL'eM).
+    "singlepool": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "singlepool"),
+    "multipool": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "multipool"),
+    "static-max-clock": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "static-max-clock"),
+    "scaleinst": lambda **kw: ScaleInstPolicy(PoolPlanConfig(**kw)),
+    "scaleshard": lambda ttft_s=None, **kw: ScaleShardPolicy(PoolPlanConfig(**kw), ttft_s),
+    "scalefreq": lambda ttft_s=None, **kw: ScaleFreqPolicy(PoolPlanConfig(**kw), ttft_s),
+    "llumnix": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
 }
 
 

@@ -88,7 +88,7 @@ class PerfModel:
         base_ms = f.p0 + f.p1 * tokens + f.p2 * sum_sq_tokens
         return base_ms * self.stretch(self.gpu.prompt_compute_share, clock_mhz) / 1000.0
 
-    def decode_time_s(self, batch: int, context_tokens: int, tp: int, clock_mhz: float) -> float:
+    def decode_time_s(self, batch: float, context_tokens: float, tp: int, clock_mhz: float) -> float:
         f = self._fit(tp)
         base_ms = f.d0 + f.d1 * batch + f.d2 * context_tokens
         return base_ms * self.stretch(self.gpu.token_compute_share, clock_mhz) / 1000.0

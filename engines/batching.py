@@ -34,6 +34,10 @@ class Sequence:
     preemptions: int = 0
     max_tbt_s: float = 0.0
     aborted: bool = False
+    output_target: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.output_target = self.request.output_tokens_to_generate
 
     @property
     def request_id(self) -> str:
@@ -49,7 +53,7 @@ class Sequence:
 
     @property
     def done(self) -> bool:
-        return self.generated >= self.request.output_tokens_to_generate
+        return self.generated >= self.output_target
 
 
 @dataclass
@@ -172,6 +176,13 @@ class ContinuousBatcher:
         self.kv_blocks_used += need
         return True
 
+    def _grow_or_preempt(self, seq: Sequence, tokens: int) -> bool:
+        """Grow `seq` to `tokens`, preempting the newest sequences; False if `seq` itself went."""
+        while not self._grow(seq, tokens):
+            if self._preempt_newest() is seq:
+                return False
+        return True
+
     def _preempt_newest(self) -> Sequence:
         victim = self.running.pop()
         self._free(victim)
@@ -198,26 +209,29 @@ class ContinuousBatcher:
         budget = self.config.max_batched_tokens
         chunks: list[tuple[Sequence, int]] = []
         decodes: list[Sequence] = []
+        decode_context = 0
+        block_size = self.config.block_size
+        running = self.running
         # Running sequences first, oldest first; preempt the newest when KV is short.
         i = 0
-        while i < len(self.running):
-            seq = self.running[i]
-            if seq.in_prefill:
+        while i < len(running):
+            seq = running[i]
+            prefilling = seq.prefilled < seq.prefill_target
+            if prefilling:
                 n = min(seq.prefill_target - seq.prefilled, budget)
                 target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
             else:
                 n = 1
-                target_tokens = seq.context_tokens + 1
-            while not self._grow(seq, target_tokens):
-                if self._preempt_newest() is seq:
-                    break
-            if seq not in self.running:
+                target_tokens = seq.request.prompt_tokens + seq.generated + 1
+            # Most steps fit in the blocks a sequence already holds (hot path: no call).
+            if target_tokens > seq.kv_blocks * block_size and not self._grow_or_preempt(seq, target_tokens):
                 break
             if n > 0:
-                if seq.in_prefill:
+                if prefilling:
                     chunks.append((seq, n))
                 else:
                     decodes.append(seq)
+                    decode_context += target_tokens - 1
                 budget -= n
             i += 1
         # Admit waiting sequences FCFS while the batch limit, budget and KV allow.
@@ -236,8 +250,7 @@ class ContinuousBatcher:
         prefill_tokens = sum(n for _, n in chunks)
         sum_sq = sum(n * (s.prefilled + n) for s, n in chunks)
         cost = self.perf.iteration(
-            prefill_tokens, sum_sq, len(decodes), sum(s.context_tokens for s in decodes),
-            self.tensor_parallel, self.clock_mhz,
+            prefill_tokens, sum_sq, len(decodes), decode_context, self.tensor_parallel, self.clock_mhz,
         )
         self.power_w = cost.power_w
         # The step's energy is charged by finish_step: stats() taken mid-step must not
@@ -253,17 +266,19 @@ class ContinuousBatcher:
         out = StepOutput(end_s=end)
         total_tokens = sum(n for _, n in step.prefill_chunks) + len(step.decodes)
         per_token_j = step.energy_j / max(total_tokens, 1)
+        emitted = out.emitted
         for seq, n in step.prefill_chunks:
             seq.energy_j += per_token_j * n
             if seq.aborted:
                 continue
             seq.prefilled += n
-            if not seq.in_prefill:
-                self._emit(seq, end, out)
+            if seq.prefilled >= seq.prefill_target:
+                emitted.append(seq)
         for seq in step.decodes:
             seq.energy_j += per_token_j
             if not seq.aborted:
-                self._emit(seq, end, out)
+                emitted.append(seq)
+        self._emit(emitted, end, out.finished)
         if step.time_s > 0:
             rate = len(out.emitted) / step.time_s
             self.tokens_per_s += self.config.ewma_alpha * (rate - self.tokens_per_s)
@@ -275,21 +290,24 @@ class ContinuousBatcher:
         self.power_w = self.perf.idle_power_w(self.tensor_parallel)
         return out
 
-    def _emit(self, seq: Sequence, now_s: float, out: StepOutput) -> None:
+    def _emit(self, emitted: list[Sequence], now_s: float, finished: list[Sequence]) -> None:
+        """One new token for each sequence, in order; updates TTFT/ITL and the EWMAs."""
         alpha = self.config.ewma_alpha
-        if seq.first_token_s is None:
-            seq.first_token_s = now_s
-            ttft = now_s - seq.request.arrival_s
-            self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
-        elif seq.last_token_s is not None:
-            gap = now_s - seq.last_token_s
-            seq.max_tbt_s = max(seq.max_tbt_s, gap)
-            self.itl_ewma_s = gap if self.itl_ewma_s == 0 else self.itl_ewma_s + alpha * (gap - self.itl_ewma_s)
-        seq.last_token_s = now_s
-        seq.generated += 1
-        out.emitted.append(seq)
-        if seq.done:
-            out.finished.append(seq)
+        for seq in emitted:
+            last = seq.last_token_s
+            if seq.first_token_s is None:
+                seq.first_token_s = now_s
+                ttft = now_s - seq.request.arrival_s
+                self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
+            elif last is not None:
+                gap = now_s - last
+                if gap > seq.max_tbt_s:
+                    seq.max_tbt_s = gap
+                self.itl_ewma_s = gap if self.itl_ewma_s == 0 else self.itl_ewma_s + alpha * (gap - self.itl_ewma_s)
+            seq.last_token_s = now_s
+            seq.generated += 1
+            if seq.generated >= seq.output_target:
+                finished.append(seq)
 
     # ---- reporting -----------------------------------------------------------
     def stats(self, now_s: float) -> ReplicaStats:

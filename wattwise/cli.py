@@ -14,7 +14,7 @@ commands:
   serve      run the app: `serve run` on serve_config.yaml (or --config PATH)
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit the performance model and print its held-out error
-  bench      run a benchmark: ingress | sim-speed
+  bench      run a benchmark: ingress | sim-speed | dynamollm-table
 """
 
 
@@ -41,13 +41,15 @@ def _calibrate(argv: list[str]) -> int:
 
 
 def _bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("ingress", "sim-speed"):
-        print("usage: wattwise bench ingress|sim-speed [ARGS]", file=sys.stderr)
+    if not argv or argv[0] not in ("ingress", "sim-speed", "dynamollm-table"):
+        print("usage: wattwise bench ingress|sim-speed|dynamollm-table [ARGS]", file=sys.stderr)
         return 2
     if argv[0] == "ingress":
         from bench.ingress_overhead import main as run
-    else:
+    elif argv[0] == "sim-speed":
         from bench.sim_speed import main as run
+    else:
+        from bench.dynamollm_table import run
     return run(argv[1:])
 
 

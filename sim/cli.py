@@ -1,0 +1,140 @@
+"""`wattwise simulate`: replay a trace through policies and compare them side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energy.hardware import GPUS, MODELS
+from sim.config import OverheadTable, SimConfig
+from sim.oracle import oracle_energy
+from sim.run import simulate
+from sim.scenario import SPECS
+from sim.workload import (
+    TRACES,
+    Workload,
+    fit_context,
+    load_trace,
+    scale_rate,
+    scale_time,
+    synthetic,
+    window,
+    with_batch_fraction,
+)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="wattwise simulate", description=__doc__)
+    p.add_argument("--trace", default="conv", help="conv | code | PATH to a CSV like them | synthetic")
+    p.add_argument("--start-s", type=float, default=0.0)
+    p.add_argument("--duration-s", type=float, default=None, help="window of the trace (synthetic: its length)")
+    p.add_argument("--time-scale", type=float, default=1.0, help="stretch the timeline by this factor")
+    p.add_argument("--rate-scale", type=float, default=1.0, help="thin (<1) or replicate (>1) arrivals")
+    p.add_argument("--rate", type=float, default=5.5, help="synthetic: requests/s")
+    p.add_argument("--cv", type=float, default=1.0, help="synthetic: inter-arrival CV (1 = Poisson)")
+    p.add_argument("--batch-fraction", type=float, default=0.0, help="share of batch service-class requests")
+    p.add_argument("--policy", action="append", help=f"repeatable; e.g. {', '.join(SPECS)}")
+    p.add_argument("--gpus", type=int, default=SimConfig().cluster_gpus, help="cluster size in GPUs")
+    p.add_argument("--model", default="llama2-70b", choices=sorted(MODELS))
+    p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
+    p.add_argument("--cold-start", action="store_true", help="DynamoLLM Table V in full (new VM per replica)")
+    p.add_argument("--control-interval-s", type=float, default=SimConfig().control_interval_s)
+    p.add_argument("--price-per-gpu-hour", type=float, default=None)
+    p.add_argument("--grid-gco2-per-kwh", type=float, default=SimConfig().grid_gco2_per_kwh)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-oracle", action="store_true", help="skip the oracle energy bound")
+    p.add_argument("--json", type=Path, default=None, help="write one object per policy")
+    p.add_argument("--plot-dir", type=Path, default=None, help="write PNG plots here")
+    return p
+
+
+def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_context_tokens: int) -> Workload:
+    if args.trace == "synthetic":
+        lengths = load_trace("conv")
+        w = synthetic(args.rate, args.duration_s or 3600.0, rng, cv=args.cv, lengths_from=lengths)
+    else:
+        if args.trace not in TRACES and not Path(args.trace).exists():
+            raise SystemExit(f"no trace {args.trace!r}: use conv, code, synthetic or a CSV path")
+        w = window(load_trace(args.trace), args.start_s, args.duration_s)
+    if args.time_scale != 1.0:
+        w = scale_time(w, args.time_scale)
+    if args.rate_scale != 1.0:
+        w = scale_rate(w, args.rate_scale, rng)
+    if args.batch_fraction > 0:
+        w = with_batch_fraction(w, args.batch_fraction, rng)
+    return fit_context(w, max_context_tokens)
+
+
+def progress(policy: str):  # noqa: ANN201 - a small closure
+    def report(now_s: float, end_s: float) -> None:
+        share = min(now_s / end_s, 1.0) if end_s > 0 else 1.0
+        bar = "#" * int(share * 30)
+        print(f"\r{policy:>18} [{bar:<30}] {share:5.0%}", end="", file=sys.stderr, flush=True)
+    return report
+
+
+def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
+    return "-" if v is None else f"{v * scale:.{digits}g}"
+
+
+def table(results: list[dict[str, Any]], oracle_j: float | None) -> str:
+    base = results[0]["energy_j"]
+    head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'p99 TTFT s':>10} " \
+           f"{'p99 TBT s':>9} {'done':>7} {'wall s':>6}"
+    lines = [head]
+    for r in results:
+        lines.append(
+            f"{r['policy']:>18} {r['energy_kwh']:>10.2f} {r['energy_j'] / base:>7.2f} {r['gpu_hours']:>7.1f} "
+            f"{_fmt(r['slo_attainment']['overall'], 100):>6} {_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} "
+            f"{r['completed']:>7} {r['wall_s']:>6.1f}"
+        )
+    if oracle_j is not None:
+        lines.append(f"{'oracle (floor)':>18} {oracle_j / 3.6e6:>10.2f} {oracle_j / base:>7.2f}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    config = SimConfig(
+        model=args.model, hardware=args.hardware, cluster_gpus=args.gpus,
+        overheads=OverheadTable.cold_cloud() if args.cold_start else OverheadTable(),
+        control_interval_s=args.control_interval_s, price_per_gpu_hour=args.price_per_gpu_hour,
+        grid_gco2_per_kwh=args.grid_gco2_per_kwh,
+    )
+    rng = np.random.default_rng(args.seed)
+    w = make_workload(args, rng, MODELS[args.model].max_context_tokens)
+    if len(w) == 0:
+        print("the workload is empty", file=sys.stderr)
+        return 2
+    print(f"{len(w)} requests over {w.duration_s:.0f} s ({len(w) / max(w.duration_s, 1e-9):.2f} req/s)", file=sys.stderr)
+    results, runs = [], {}
+    for policy in args.policy or ["singlepool"]:
+        try:
+            summary, raw = simulate(policy, w, config, on_progress=progress(policy))
+        except ValueError as exc:
+            print(f"\n{policy}: {exc}", file=sys.stderr)
+            return 2
+        print(file=sys.stderr)
+        results.append(summary)
+        runs[policy] = raw
+    oracle = None if args.no_oracle else oracle_energy(w, config)
+    print(table(results, oracle.energy_j if oracle else None))
+    if args.json is not None:
+        payload = results if oracle is None else [*results, {"policy": "oracle", "energy_j": oracle.energy_j,
+                                                             "gpu_hours": oracle.gpu_hours}]
+        args.json.write_text(json.dumps(payload, indent=2))
+    if args.plot_dir is not None:
+        from sim.plots import plot_runs
+
+        for path in plot_runs(runs, args.plot_dir):
+            print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,364 @@
+"""The discrete-event simulator: a virtual clock, simulated replicas, one policy.
+
+Events sit in a heap of (time, seq, kind, replica); arrivals are read in order from
+the workload's arrays instead of being pushed. Every control tick the simulator
+builds the same ClusterView Ray Serve's adapter builds (stats of the running
+replicas per deployment, requests queued outside them), asks the policy for a
+ClusterPlan and applies it with the overheads a real cluster pays.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from app.classify import Classifier
+from core.classes import LengthClassConfig, ServiceClass, default_service_classes
+from core.plan import ClusterPlan
+from core.policy import ControlPolicy
+from core.request import Request
+from core.view import ClusterView, DeploymentView
+from energy.calibration import default_perf_model
+from engines.batching import BatcherConfig
+from sim.config import SimConfig
+from sim.records import CLASS_INDEX, RequestLog, Series
+from sim.replica import SimReplica, State
+from sim.workload import Workload
+
+STEP_END, READY, WAKE, CONTROL, SAMPLE = range(5)
+
+
+@dataclass(frozen=True)
+class PoolSetup:
+    """A deployment the run starts with: the length classes it serves and its first plan."""
+
+    name: str
+    classes: tuple[str, ...]
+    tensor_parallel: int
+    clock_mhz: float
+    replicas: int
+    # Like the Serve app's pools (PoolAutoscaling.min_replicas): a pool keeps one warm replica.
+    min_replicas: int = 1
+    max_replicas: int = 1024
+
+
+class Pool:
+    """A deployment's runtime state: its target shape, replicas and outside queue."""
+
+    def __init__(self, index: int, setup: PoolSetup) -> None:
+        self.index = index
+        self.name = setup.name
+        self.setup = setup
+        self.tp = setup.tensor_parallel
+        self.clock_mhz = setup.clock_mhz
+        self.target = setup.replicas
+        self.batch_limit: int | None = None
+        self.replicas: list[SimReplica] = []
+        self.outside: deque[Request] = deque()
+
+    def live(self, tp_matches: bool) -> list[SimReplica]:
+        """Starting or ready replicas whose TP does (not) match the pool's target TP."""
+        return [
+            r for r in self.replicas
+            if r.state in (State.STARTING, State.READY) and (r.tp == self.tp) == tp_matches
+        ]
+
+
+@dataclass
+class RawRun:
+    log: RequestLog
+    series: Series
+    replicas: list[SimReplica]
+    pool_names: list[str]
+    end_s: float
+
+
+class Simulator:
+    def __init__(
+        self,
+        workload: Workload,
+        policy: ControlPolicy,
+        pools: list[PoolSetup],
+        config: SimConfig = SimConfig(),
+        lengths: LengthClassConfig = LengthClassConfig(),
+        services: dict[str, ServiceClass] | None = None,
+        on_progress: Callable[[float, float], None] | None = None,
+    ) -> None:
+        self.workload = workload
+        self.policy = policy
+        self.config = config
+        self.perf = default_perf_model(config.model, config.hardware)
+        self.pools = {p.name: Pool(i, p) for i, p in enumerate(pools)}
+        pool_of_class = {cls: p.name for p in pools for cls in p.classes}
+        self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)
+        self.on_progress = on_progress
+        self.log = RequestLog(len(workload))
+        self.series = Series(config.sample_interval_s)
+        for name in self.pools:
+            for table in (self.series.ready, self.series.starting, self.series.tp, self.series.clock_mhz,
+                          self.series.queued):
+                table[name] = []
+        self.all_replicas: list[SimReplica] = []
+        self.gpus_in_use = 0
+        self.stopped_energy_j = 0.0
+        self.unfinished = len(workload)
+        self._heap: list[tuple[float, int, int, SimReplica | None]] = []
+        self._seq = 0
+
+    # ---- events ----------------------------------------------------------------
+    def _push(self, t: float, kind: int, replica: SimReplica | None = None) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (t, self._seq, kind, replica))
+
+    def run(self) -> RawRun:
+        w = self.workload
+        for pool in self.pools.values():
+            for _ in range(pool.target):
+                self._start_replica(pool, 0.0, delay_s=0.0)
+        self._push(0.0, SAMPLE)
+        self._push(self.config.control_interval_s, CONTROL)
+        arrivals = w.arrival_s.tolist()
+        n = len(arrivals)
+        horizon = (arrivals[-1] if n else 0.0) + self.config.drain_limit_s
+        i = 0
+        now = 0.0
+        heap = self._heap
+        while True:
+            if i < n and (not heap or arrivals[i] <= heap[0][0]):
+                now = arrivals[i]
+                self._arrive(i, now)
+                i += 1
+                continue
+            if self.unfinished == 0 and i >= n or not heap:
+                break
+            now, _, kind, replica = heapq.heappop(heap)
+            if now > horizon:
+                break
+            if kind == STEP_END:
+                self._step_end(replica, now)
+            elif kind == WAKE:
+                replica.wake_pending = False
+                self._kick(replica, now)
+            elif kind == READY:
+                self._ready(replica, now)
+            elif kind == CONTROL:
+                self._control(now)
+                self._push(now + self.config.control_interval_s, CONTROL)
+            else:
+                self._sample(now)
+                if self.on_progress is not None:
+                    self.on_progress(now, arrivals[-1] if n else 0.0)
+                self._push(now + self.config.sample_interval_s, SAMPLE)
+        end = max(now, w.duration_s)
+        self._sample(end)
+        for r in self.all_replicas:
+            if r.state is not State.STOPPED:
+                r.stop(end)
+        return RawRun(self.log, self.series, self.all_replicas, list(self.pools), end)
+
+    # ---- requests --------------------------------------------------------------
+    def _arrive(self, i: int, now: float) -> None:
+        w = self.workload
+        out = int(w.output_tokens[i])
+        request, pool_name = self.classifier.classify(
+            request_id=str(i), prompt_tokens=int(w.prompt_tokens[i]), max_tokens=out,
+            predicted_output_tokens=out, service_class="interactive" if w.interactive[i] else "batch",
+            arrival_s=now, target_output_tokens=out,
+        )
+        log = self.log
+        log.prompt_tokens[i] = request.prompt_tokens
+        log.slo_ttft_s[i] = request.slo.ttft_s
+        log.slo_tbt_s[i] = request.slo.tbt_s
+        log.length_class[i] = CLASS_INDEX[request.length_class]
+        log.interactive[i] = w.interactive[i]
+        pool = self.pools[pool_name]
+        log.pool[i] = pool.index
+        self._dispatch(pool, request, now)
+
+    def _dispatch(self, pool: Pool, request: Request, now: float) -> None:
+        """Join the shortest queue among the pool's ready replicas; else wait outside."""
+        best: SimReplica | None = None
+        best_load = 0
+        for r in pool.replicas:
+            if r.state is State.READY:
+                load = r.load
+                if best is None or load < best_load:
+                    best, best_load = r, load
+        if best is None:
+            pool.outside.append(request)
+            return
+        try:
+            best.batcher.add(request, now)
+        except ValueError:  # larger than the replica's whole KV cache
+            self.log.rejected[int(request.request_id)] = True
+            self.unfinished -= 1
+            return
+        self._kick(best, now)
+
+    def _kick(self, r: SimReplica, now: float) -> None:
+        """Start the replica's next step if it is free to."""
+        if r.step is not None or r.state not in (State.READY, State.DRAINING):
+            return
+        if now < r.stall_until_s:
+            if not r.wake_pending:
+                r.wake_pending = True
+                self._push(r.stall_until_s, WAKE, r)
+            return
+        step = r.batcher.plan_step(now)
+        if step is None:
+            if r.state is State.DRAINING:
+                self._stop(r, now)
+            return
+        r.step = step
+        self._push(step.end_s, STEP_END, r)
+
+    def _step_end(self, r: SimReplica, now: float) -> None:
+        out = r.batcher.finish_step(r.step)
+        r.step = None
+        log = self.log
+        for seq in out.finished:
+            log.finish(int(seq.request.request_id), seq)
+        self.unfinished -= len(out.finished)
+        self._kick(r, now)
+
+    # ---- replicas --------------------------------------------------------------
+    def _start_replica(self, pool: Pool, now: float, delay_s: float) -> bool:
+        if self.gpus_in_use + pool.tp > self.config.cluster_gpus:
+            return False
+        r = SimReplica(len(self.all_replicas), pool.name, pool.tp, pool.clock_mhz, now, now + delay_s, self.perf)
+        self.gpus_in_use += pool.tp
+        self.all_replicas.append(r)
+        pool.replicas.append(r)
+        if delay_s <= 0:
+            self._ready(r, now)
+        else:
+            self._push(now + delay_s, READY, r)
+        return True
+
+    def _ready(self, r: SimReplica, now: float) -> None:
+        if r.state is not State.STARTING:
+            return  # cancelled while starting
+        pool = self.pools[r.pool]
+        cfg = self.config
+        r.clock_mhz = pool.clock_mhz
+        r.become_ready(BatcherConfig(
+            tensor_parallel=r.tp, clock_mhz=pool.clock_mhz, batch_limit=pool.batch_limit or cfg.batch_limit,
+            max_batched_tokens=cfg.max_batched_tokens,
+        ))
+        while pool.outside:
+            self._dispatch(pool, pool.outside.popleft(), now)
+
+    def _drain(self, r: SimReplica, now: float) -> None:
+        if r.state is State.STARTING:
+            self._stop(r, now)
+            return
+        r.state = State.DRAINING
+        if r.idle:
+            self._stop(r, now)
+
+    def _stop(self, r: SimReplica, now: float) -> None:
+        r.stop(now)
+        self.gpus_in_use -= r.tp
+        self.stopped_energy_j += r.energy_j(now)
+        self.pools[r.pool].replicas.remove(r)
+
+    # ---- control ---------------------------------------------------------------
+    def view(self, now: float) -> ClusterView:
+        deployments = {}
+        for pool in self.pools.values():
+            ready = [r for r in pool.replicas if r.state is State.READY]
+            starting = sum(1 for r in pool.replicas if r.state is State.STARTING)
+            deployments[pool.name] = DeploymentView(
+                name=pool.name, current_replicas=len(ready), target_replicas=len(ready) + starting,
+                min_replicas=pool.setup.min_replicas, max_replicas=pool.setup.max_replicas,
+                replica_stats=tuple(r.batcher.stats(now) for r in ready),
+                queued_outside=float(len(pool.outside)),
+            )
+        return ClusterView(deployments)
+
+    def _control(self, now: float) -> None:
+        plan = self.policy.observe(self.view(now), now)
+        self._apply(plan, now)
+
+    def _apply(self, plan: ClusterPlan, now: float) -> None:
+        for pool in self.pools.values():
+            name = pool.name
+            if name in plan.tensor_parallel:
+                tp = plan.tensor_parallel[name]
+                if tp not in self.perf.fits:
+                    raise ValueError(f"plan asks TP{tp} for {name}; the model has {self.perf.tensor_parallel_degrees}")
+                pool.tp = tp
+            if name in plan.batch_limit:
+                pool.batch_limit = plan.batch_limit[name]
+                for r in pool.replicas:
+                    if r.batcher is not None:
+                        r.batcher.set_batch_limit(pool.batch_limit)
+            if name in plan.clock_mhz:
+                self._set_clock(pool, float(plan.clock_mhz[name]), now)
+            pool.target = min(max(plan.replicas.get(name, pool.target), 0), pool.setup.max_replicas)
+            self._reconcile(pool, now)
+
+    def _set_clock(self, pool: Pool, clock_mhz: float, now: float) -> None:
+        pool.clock_mhz = clock_mhz
+        stall = self.config.overheads.clock_change_s
+        for r in pool.replicas:
+            if r.batcher is None or r.clock_mhz == clock_mhz:
+                continue
+            r.batcher.set_clock(clock_mhz)
+            r.clock_mhz = clock_mhz
+            r.stall_until_s = max(now, r.step.end_s if r.step is not None else now) + stall
+
+    def _reconcile(self, pool: Pool, now: float) -> None:
+        """Move the pool toward `target` replicas at its TP, replacing other-TP ones."""
+        current = pool.live(tp_matches=True)
+        old = pool.live(tp_matches=False)
+        for r in old:
+            if r.state is State.STARTING:
+                self._drain(r, now)
+        old = [r for r in old if r.state is State.READY]
+        excess = len(current) - pool.target
+        if excess > 0:
+            # Cancel the latest starts first, then drain the least-loaded ready replicas.
+            order = sorted(current, key=lambda r: (r.state is State.READY, r.load, -r.replica_id))
+            for r in order[:excess]:
+                self._drain(r, now)
+        delay = self.config.overheads.reshard_s if old else self.config.overheads.startup_s
+        missing = pool.target - len(current)
+        while missing > 0:
+            if self._start_replica(pool, now, delay):
+                missing -= 1
+                continue
+            if not old:
+                break  # the cluster is full: retried next tick
+            # Free GPUs by retiring an old-TP replica; if it must drain first, retry later.
+            victim = min(old, key=lambda r: r.load)
+            old.remove(victim)
+            self._drain(victim, now)
+            if victim.state is not State.STOPPED:
+                break
+        # Old-TP replicas keep serving until enough new ones are ready to take over.
+        ready_new = sum(1 for r in pool.replicas if r.state is State.READY and r.tp == pool.tp)
+        surplus = len(old) - max(pool.target - ready_new, 0)
+        for r in sorted(old, key=lambda r: r.load)[:max(surplus, 0)]:
+            self._drain(r, now)
+
+    # ---- sampling --------------------------------------------------------------
+    def _sample(self, now: float) -> None:
+        s = self.series
+        s.t_s.append(now)
+        live_energy = sum(r.energy_j(now) for p in self.pools.values() for r in p.replicas)
+        s.energy_j.append(self.stopped_energy_j + live_energy)
+        s.gpus.append(self.gpus_in_use)
+        for pool in self.pools.values():
+            ready = [r for r in pool.replicas if r.state is State.READY]
+            s.ready[pool.name].append(len(ready))
+            s.starting[pool.name].append(sum(1 for r in pool.replicas if r.state is State.STARTING))
+            s.tp[pool.name].append(pool.tp)
+            s.clock_mhz[pool.name].append(
+                sum(r.clock_mhz for r in ready) / len(ready) if ready else float(pool.clock_mhz)
+            )
+            s.queued[pool.name].append(
+                len(pool.outside) + sum(len(r.batcher.waiting) for r in pool.replicas if r.batcher is not None)
+            )

@@ -1,0 +1,96 @@
+"""Summarise a run: energy, GPU-hours, cost, carbon, latency percentiles, SLO attainment.
+
+TBT is judged per request by its mean gap between tokens (the ITL a client sees on
+average, as Chiron and throttLL'eM do); the worst gap is reported beside it
+(`p99_max_tbt_s`), since chunked prefill makes single gaps spiky. A request meets its
+SLO when it completed, its TTFT is within its target and its mean TBT too.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from energy.hardware import GPUS
+from sim.config import SimConfig
+from sim.engine import RawRun
+from sim.records import CLASS_NAMES, RequestLog
+
+J_PER_KWH = 3.6e6
+PERCENTILES = (50, 90, 99)
+
+
+def _pct(values: np.ndarray) -> dict[str, float | None]:
+    v = values[~np.isnan(values)]
+    return {f"p{p}": (float(np.percentile(v, p)) if len(v) else None) for p in PERCENTILES}
+
+
+def slo_met(log: RequestLog) -> np.ndarray:
+    return log.done & (log.ttft_s <= log.slo_ttft_s) & (log.mean_tbt_s <= log.slo_tbt_s)
+
+
+def _group(log: RequestLog, mask: np.ndarray, met: np.ndarray) -> dict[str, Any]:
+    n = int(mask.sum())
+    return {
+        "requests": n,
+        "completed": int((log.done & mask).sum()),
+        "slo_attainment": float(met[mask].mean()) if n else None,
+        "ttft_s": _pct(log.ttft_s[mask]),
+        "mean_tbt_s": _pct(log.mean_tbt_s[mask]),
+        "max_tbt_s": _pct(log.max_tbt_s[mask]),
+        "e2e_s": _pct(log.e2e_s[mask]),
+        "energy_j": float(log.energy_j[mask].sum()),
+    }
+
+
+def carbon_g(series_t_s: np.ndarray, series_energy_j: np.ndarray, intensity_g_per_kwh: float | np.ndarray) -> float:
+    """gCO2 of the energy drawn in each sample interval at that interval's grid intensity."""
+    energy = np.diff(np.concatenate([[0.0], series_energy_j]))
+    intensity = np.broadcast_to(np.asarray(intensity_g_per_kwh, dtype=float), energy.shape)
+    return float((energy / J_PER_KWH * intensity).sum())
+
+
+def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None = None) -> dict[str, Any]:
+    """The run's report; `carbon_series` gives the grid intensity per sample (else constant)."""
+    log = raw.log
+    met = slo_met(log)
+    energy = float(raw.series.energy_j[-1])
+    gpu_s = sum(r.held_s(raw.end_s) * r.tp for r in raw.replicas)
+    price = config.price_per_gpu_hour if config.price_per_gpu_hour is not None else GPUS[config.hardware].price_per_hour
+    tokens = int(log.output_tokens[log.done].sum() + log.prompt_tokens[log.done].sum())
+    intensity = config.grid_gco2_per_kwh if carbon_series is None else carbon_series
+    everyone = np.ones(len(log), dtype=bool)
+    overall = _group(log, everyone, met)
+    return {
+        "requests": len(log),
+        "completed": int(log.done.sum()),
+        "rejected": int(log.rejected.sum()),
+        "duration_s": raw.end_s,
+        "energy_j": energy,
+        "energy_kwh": energy / J_PER_KWH,
+        "j_per_token": energy / max(tokens, 1),
+        "gpu_hours": gpu_s / 3600.0,
+        "cost_usd": gpu_s / 3600.0 * price,
+        "carbon_g": carbon_g(np.asarray(raw.series.t_s), np.asarray(raw.series.energy_j), intensity),
+        "slo_attainment": {
+            "overall": overall["slo_attainment"],
+            **{c: float(met[log.length_class == i].mean()) for i, c in enumerate(CLASS_NAMES)
+               if (log.length_class == i).any()},
+            **{s: float(met[log.interactive == flag].mean()) for s, flag in (("interactive", True), ("batch", False))
+               if (log.interactive == flag).any()},
+        },
+        "goodput_rps": float(met.sum()) / max(raw.end_s, 1e-9),
+        "p50_ttft_s": overall["ttft_s"]["p50"],
+        "p99_ttft_s": overall["ttft_s"]["p99"],
+        "p50_tbt_s": overall["mean_tbt_s"]["p50"],
+        "p99_tbt_s": overall["mean_tbt_s"]["p99"],
+        "p99_max_tbt_s": overall["max_tbt_s"]["p99"],
+        "p99_e2e_s": overall["e2e_s"]["p99"],
+        "preemptions": int(log.preemptions.sum()),
+        "peak_gpus": int(max(raw.series.gpus)),
+        "by_length_class": {c: _group(log, log.length_class == i, met) for i, c in enumerate(CLASS_NAMES)
+                            if (log.length_class == i).any()},
+        "by_service_class": {s: _group(log, log.interactive == flag, met)
+                             for s, flag in (("interactive", True), ("batch", False)) if (log.interactive == flag).any()},
+    }

@@ -1,0 +1,110 @@
+"""Which pools a policy runs on and how they are first provisioned.
+
+A policy decides replicas, TP and clocks, but the pool layout (one pool for all
+length classes, or pools by input size like the Serve app's default) and the
+peak-sized starting plan are the operator's: this module is that operator. Static
+baselines are sized for the workload's peak with the CapacityModel, as the seeds
+provision theirs; policies not listed here get the app's default pools and no
+arguments, so the seed policies of later issues plug in by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.config import default_pools
+from autoscaling.capacity import CapacityModel, Load
+from autoscaling.registry import make_policy
+from core.classes import LengthClassConfig
+from core.policy import ControlPolicy
+from energy.calibration import default_perf_model
+from sim.config import SimConfig
+from sim.engine import PoolSetup
+from sim.workload import Workload
+
+MAX_TP = 8
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    layout: str  # "single": one pool for every class; "by_input": the app's default pools
+    app_tp: bool  # TP of the app's default pools (else TP8 everywhere)
+    pool_plan_args: bool  # the factory takes PoolPlanConfig fields (the provisioned plan)
+
+
+SPECS: dict[str, PolicySpec] = {
+    "singlepool": PolicySpec("single", app_tp=False, pool_plan_args=True),
+    "multipool": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
+    "scaleinst": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
+    "scaleshard": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
+    "scalefreq": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
+    "static-max-clock": PolicySpec("by_input", app_tp=True, pool_plan_args=True),
+    "llumnix": PolicySpec("single", app_tp=False, pool_plan_args=False),
+}
+DEFAULT_SPEC = PolicySpec("by_input", app_tp=True, pool_plan_args=False)
+
+
+def layout(name: str) -> dict[str, tuple[tuple[str, ...], int]]:
+    """Deployment name -> (length classes, the app's TP for it)."""
+    if name == "single":
+        return {"pool-all": (tuple(LengthClassConfig.names()), MAX_TP)}
+    return {p.deployment_name: (tuple(p.classes), p.engine.tensor_parallel) for p in default_pools()}
+
+
+def length_classes(w: Workload, lengths: LengthClassConfig) -> np.ndarray:
+    """Two-letter class of every request (true output length), vectorised."""
+    sizes = np.array(["S", "M", "L"])
+    inp = sizes[np.searchsorted([lengths.input_short_lt, lengths.input_medium_lt], w.prompt_tokens, side="right")]
+    out = sizes[np.searchsorted([lengths.output_short_lt, lengths.output_medium_lt], w.output_tokens, side="right")]
+    return np.char.add(inp, out)
+
+
+def peak_load(w: Workload, mask: np.ndarray, window_s: float) -> Load:
+    """Arrival rate of the busiest window and the mean request shape of the selection."""
+    arrivals = w.arrival_s[mask]
+    if len(arrivals) == 0:
+        return Load(0.0, 0.0, 0.0)
+    counts = np.bincount((arrivals // window_s).astype(np.int64))
+    return Load(float(counts.max()) / window_s, float(w.prompt_tokens[mask].mean()), float(w.output_tokens[mask].mean()))
+
+
+def provision(
+    w: Workload, pools: dict[str, tuple[tuple[str, ...], int]], config: SimConfig, lengths: LengthClassConfig
+) -> list[PoolSetup]:
+    """Replicas per pool to carry its peak window at max clock within the TBT target."""
+    perf = default_perf_model(config.model, config.hardware)
+    cap = CapacityModel(perf)
+    classes = length_classes(w, lengths)
+    clock = perf.gpu.max_clock_mhz
+    setups = []
+    for name, (members, tp) in pools.items():
+        load = peak_load(w, np.isin(classes, members), config.provision_window_s)
+        tbt = min(lengths.slo(c).tbt_s for c in members)
+        n = cap.instances_needed(tp, clock, load, tbt)
+        if n is None:
+            raise ValueError(f"pool {name}: no number of TP{tp} replicas carries its peak load {load}")
+        setups.append(PoolSetup(name, members, tp, clock, max(n, 1)))
+    return setups
+
+
+def build(
+    name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
+) -> tuple[list[PoolSetup], ControlPolicy]:
+    spec = SPECS.get(name, DEFAULT_SPEC)
+    pools = layout(spec.layout)
+    if not spec.app_tp:
+        pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
+    setups = provision(w, pools, config, lengths)
+    if not spec.pool_plan_args:
+        return setups, make_policy(name)
+    kwargs: dict = dict(
+        replicas={s.name: s.replicas for s in setups},
+        tensor_parallel={s.name: s.tensor_parallel for s in setups},
+        clock_mhz={s.name: int(s.clock_mhz) for s in setups},
+        model=config.model, hardware=config.hardware,
+    )
+    if name in ("scalefreq", "scaleshard"):
+        kwargs["ttft_s"] = {s.name: min(lengths.slo(c).ttft_s for c in s.classes) for s in setups}
+    return setups, make_policy(name, **kwargs)

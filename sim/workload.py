@@ -1,0 +1,141 @@
+"""Workloads for the simulator: Azure traces (or any CSV like them) and synthetic ones.
+
+A workload is three aligned arrays (arrival time, prompt tokens, output tokens) plus
+a service class per request; every transform returns a new one and takes an explicit
+numpy Generator, so a seed fixes the whole run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+
+TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "azure"
+TRACES = {name: TRACE_DIR / f"AzureLLMInferenceTrace_{name}.csv" for name in ("conv", "code")}
+
+
+@dataclass(frozen=True)
+class Workload:
+    arrival_s: np.ndarray  # float64, sorted, starting near 0
+    prompt_tokens: np.ndarray  # int64 >= 1
+    output_tokens: np.ndarray  # int64 >= 1
+    interactive: np.ndarray  # bool: interactive (else batch) service class
+
+    def __post_init__(self) -> None:
+        n = len(self.arrival_s)
+        if not (len(self.prompt_tokens) == len(self.output_tokens) == len(self.interactive) == n):
+            raise ValueError("workload arrays must have the same length")
+
+    def __len__(self) -> int:
+        return len(self.arrival_s)
+
+    @property
+    def duration_s(self) -> float:
+        return float(self.arrival_s[-1]) if len(self) else 0.0
+
+    def take(self, mask: np.ndarray) -> Workload:
+        return Workload(self.arrival_s[mask], self.prompt_tokens[mask], self.output_tokens[mask], self.interactive[mask])
+
+
+def _parse_time(stamp: str) -> float:
+    # Seven fractional digits: datetime takes six.
+    head, _, frac = stamp.partition(".")
+    return datetime.fromisoformat(head).timestamp() + float("0." + (frac or "0"))
+
+
+def load_trace(source: str | Path) -> Workload:
+    """A CSV with TIMESTAMP, ContextTokens, GeneratedTokens ('conv'/'code' name the shipped ones)."""
+    path = TRACES.get(str(source), Path(source))
+    data = np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding="utf-8")
+    stamps = np.array([_parse_time(s) for s in np.atleast_1d(data["TIMESTAMP"])])
+    order = np.argsort(stamps, kind="stable")
+    arrival = stamps[order] - stamps[order[0]]
+    prompt = np.maximum(np.atleast_1d(data["ContextTokens"])[order].astype(np.int64), 1)
+    output = np.maximum(np.atleast_1d(data["GeneratedTokens"])[order].astype(np.int64), 1)
+    return Workload(arrival, prompt, output, np.ones(len(arrival), dtype=bool))
+
+
+def window(w: Workload, start_s: float = 0.0, duration_s: float | None = None) -> Workload:
+    """Requests arriving in [start_s, start_s + duration_s), re-based to start at 0."""
+    end = np.inf if duration_s is None else start_s + duration_s
+    mask = (w.arrival_s >= start_s) & (w.arrival_s < end)
+    out = w.take(mask)
+    return Workload(out.arrival_s - start_s, out.prompt_tokens, out.output_tokens, out.interactive)
+
+
+def scale_time(w: Workload, factor: float) -> Workload:
+    """Stretch (factor > 1) or compress the timeline; the rate changes by 1/factor."""
+    if factor <= 0:
+        raise ValueError("time scale must be > 0")
+    return Workload(w.arrival_s * factor, w.prompt_tokens, w.output_tokens, w.interactive)
+
+
+def scale_rate(w: Workload, factor: float, rng: np.random.Generator) -> Workload:
+    """Same timeline, `factor` times the requests: thin (< 1) or add jittered copies (> 1).
+
+    Copies arrive within one mean inter-arrival gap of their original, so bursts keep
+    their shape while the rate scales."""
+    if factor <= 0:
+        raise ValueError("rate scale must be > 0")
+    whole, frac = int(factor), factor - int(factor)
+    picks = [np.arange(len(w))] * whole
+    if frac > 0:
+        picks.append(np.flatnonzero(rng.random(len(w)) < frac))
+    idx = np.concatenate(picks) if picks else np.array([], dtype=np.int64)
+    gap = w.duration_s / max(len(w), 1)
+    # The first copy (or the thinned trace) keeps its times; added copies are jittered.
+    jitter = np.concatenate([np.zeros(len(p)) if i == 0 else rng.uniform(0, gap, len(p)) for i, p in enumerate(picks)])
+    arrival = w.arrival_s[idx] + jitter
+    order = np.argsort(arrival, kind="stable")
+    return Workload(arrival[order], w.prompt_tokens[idx][order], w.output_tokens[idx][order], w.interactive[idx][order])
+
+
+def gamma_arrivals(rate_per_s: float, duration_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
+    """Arrival times with Gamma inter-arrivals of the given CV (1 = Poisson, > 1 bursty)."""
+    if rate_per_s <= 0 or cv <= 0:
+        raise ValueError("rate and cv must be > 0")
+    shape = 1.0 / cv**2
+    n = int(rate_per_s * duration_s * 1.2) + 16
+    times = np.cumsum(rng.gamma(shape, 1.0 / (rate_per_s * shape), n))
+    while times[-1] < duration_s:
+        more = np.cumsum(rng.gamma(shape, 1.0 / (rate_per_s * shape), n)) + times[-1]
+        times = np.concatenate([times, more])
+    return times[times < duration_s]
+
+
+def synthetic(
+    rate_per_s: float,
+    duration_s: float,
+    rng: np.random.Generator,
+    cv: float = 1.0,
+    lengths_from: Workload | None = None,
+    prompt_lognormal: tuple[float, float] = (6.5, 1.0),
+    output_lognormal: tuple[float, float] = (5.0, 0.8),
+) -> Workload:
+    """Gamma arrivals; lengths resampled from a trace if given, else lognormal (mu, sigma)."""
+    arrival = gamma_arrivals(rate_per_s, duration_s, cv, rng)
+    n = len(arrival)
+    if lengths_from is not None and len(lengths_from):
+        idx = rng.integers(0, len(lengths_from), n)
+        prompt, output = lengths_from.prompt_tokens[idx], lengths_from.output_tokens[idx]
+    else:
+        prompt = np.maximum(rng.lognormal(*prompt_lognormal, n).astype(np.int64), 1)
+        output = np.maximum(rng.lognormal(*output_lognormal, n).astype(np.int64), 1)
+    return Workload(arrival, prompt, output, np.ones(n, dtype=bool))
+
+
+def with_batch_fraction(w: Workload, batch_fraction: float, rng: np.random.Generator) -> Workload:
+    """Mark a random share of requests as batch service class (Chiron's mix)."""
+    if not 0 <= batch_fraction <= 1:
+        raise ValueError("batch fraction must be in [0, 1]")
+    return Workload(w.arrival_s, w.prompt_tokens, w.output_tokens, rng.random(len(w)) >= batch_fraction)
+
+
+def fit_context(w: Workload, max_context_tokens: int) -> Workload:
+    """Clip prompts so prompt + output fits the model's context (traces hold a few longer ones)."""
+    output = np.minimum(w.output_tokens, max_context_tokens - 1)
+    prompt = np.clip(w.prompt_tokens, 1, max_context_tokens - output)
+    return Workload(w.arrival_s, prompt, output, w.interactive)

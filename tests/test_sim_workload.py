@@ -1,0 +1,68 @@
+"""Workloads, the oracle floor and the simulate CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from sim.cli import main
+from sim.config import SimConfig
+from sim.oracle import oracle_energy
+from sim.run import simulate
+from sim.workload import fit_context, gamma_arrivals, load_trace, scale_rate, scale_time, window, with_batch_fraction
+
+
+def test_trace_loads_sorted_from_zero():
+    w = load_trace("conv")
+    assert len(w) == 19366
+    assert w.arrival_s[0] == 0 and (np.diff(w.arrival_s) >= 0).all()
+    assert 3400 < w.duration_s < 3600
+
+
+def test_window_time_and_rate_scaling():
+    rng = np.random.default_rng(0)
+    w = window(load_trace("conv"), 600, 300)
+    assert w.arrival_s.min() >= 0 and w.arrival_s.max() < 300
+    assert scale_time(w, 2.0).duration_s == 2 * w.duration_s
+    doubled = scale_rate(w, 2.0, rng)
+    assert len(doubled) == 2 * len(w) and (np.diff(doubled.arrival_s) >= 0).all()
+    half = scale_rate(w, 0.5, rng)
+    assert 0.4 * len(w) < len(half) < 0.6 * len(w)
+
+
+def test_gamma_arrivals_rate_and_burstiness():
+    rng = np.random.default_rng(0)
+    smooth = np.diff(gamma_arrivals(10.0, 2000.0, 1.0, rng))
+    bursty = np.diff(gamma_arrivals(10.0, 2000.0, 4.0, rng))
+    assert abs(1 / smooth.mean() - 10) < 0.5
+    assert bursty.std() / bursty.mean() > 2 * smooth.std() / smooth.mean()
+
+
+def test_batch_fraction_and_context_fit():
+    rng = np.random.default_rng(0)
+    w = fit_context(with_batch_fraction(load_trace("conv"), 0.3, rng), 8192)
+    assert 0.25 < 1 - w.interactive.mean() < 0.35
+    assert (w.prompt_tokens + w.output_tokens <= 8192).all()
+
+
+def test_oracle_is_below_the_static_baseline():
+    w = fit_context(window(load_trace("conv"), 0, 300), 8192)
+    summary, _ = simulate("singlepool", w)
+    floor = oracle_energy(w, SimConfig())
+    assert floor.infeasible_windows == 0
+    assert 0 < floor.energy_j < summary["energy_j"]
+
+
+def test_cli_writes_json_per_policy(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    rc = main(["--trace", "synthetic", "--duration-s", "60", "--rate", "2", "--policy", "singlepool",
+               "--policy", "llumnix", "--batch-fraction", "0.5", "--json", str(out)])
+    assert rc == 0
+    rows = json.loads(out.read_text())
+    assert [r["policy"] for r in rows] == ["singlepool", "llumnix", "oracle"]
+    for r in rows[:2]:
+        for key in ("energy_j", "gpu_hours", "p99_ttft_s", "p99_tbt_s", "requests", "completed", "wall_s"):
+            assert key in r
+        assert {"overall", "interactive", "batch"} <= set(r["slo_attainment"])
+    assert "singlepool" in capsys.readouterr().out
