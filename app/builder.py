@@ -10,9 +10,14 @@ from app.config import AppConfig, PoolConfig
 from deployments.ingress import Ingress
 from deployments.replica import LLMReplica
 
+TOKEN_ROUTER = "deployments.token_router:TokenBalancedRouter"
+
 
 def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
     scaling = pool.autoscaling
+    routing = {}
+    if pool.request_router == "token_balanced":
+        routing["request_router_config"] = {"request_router_class": TOKEN_ROUTER, "request_routing_stats_period_s": 1.0}
     return LLMReplica.options(
         name=pool.deployment_name,
         max_ongoing_requests=pool.max_ongoing_requests,
@@ -28,6 +33,7 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
             "upscale_delay_s": 0,
             "downscale_delay_s": 0,
         },
+        **routing,
     ).bind(pool.name, pool.engine.model_dump(), stream_flush_s)
 
 

@@ -6,9 +6,11 @@ A bad config fails `serve run` with a message naming the field, not at first req
 from __future__ import annotations
 
 import hashlib
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from app.predictor_config import PredictorConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from energy.hardware import MODELS
 from engines.sim_engine import SimEngineConfig
@@ -42,6 +44,9 @@ class PoolConfig(BaseModel):
     max_ongoing_requests: int = Field(default=512, gt=0)
     max_queued_requests: int = Field(default=1024, gt=0)
     num_cpus: float = Field(default=0.1, ge=0)
+    # "token_balanced": Mico's pending-token balance across the pool's replicas
+    # (deployments.token_router); "default": Serve's power-of-two-choices router.
+    request_router: Literal["default", "token_balanced"] = "default"
 
     @property
     def deployment_name(self) -> str:
@@ -88,6 +93,7 @@ class AppConfig(BaseModel):
     # Ray object, so one per token would cap a replica at a few hundred tokens/s).
     stream_flush_s: float = Field(default=0.05, ge=0)
     prior_output_tokens: int = Field(default=200, gt=0)
+    predictor: PredictorConfig = PredictorConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:

@@ -15,9 +15,11 @@ from core.classes import LengthClassConfig
 
 
 class OutputLengthPredictor(Protocol):
-    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "") -> int: ...
+    """`request_id` pairs a prediction with its observed length, for online learning."""
 
-    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int) -> None: ...
+    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "", request_id: str | None = None) -> int: ...
+
+    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int, request_id: str | None = None) -> None: ...
 
 
 class BucketMedianPredictor:
@@ -34,12 +36,12 @@ class BucketMedianPredictor:
         self._errors: deque[float] = deque(maxlen=window)
         self._window = window
 
-    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "") -> int:
+    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "", request_id: str | None = None) -> int:
         hist = self._history.get(self.lengths.input_size(prompt_tokens))
         guess = int(np.median(hist)) if hist else self.prior_tokens
         return max(1, min(guess, max_tokens))
 
-    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int) -> None:
+    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int, request_id: str | None = None) -> None:
         size = self.lengths.input_size(prompt_tokens)
         self._history.setdefault(size, deque(maxlen=self._window)).append(output_tokens)
         self._errors.append(abs(predicted - output_tokens) / max(output_tokens, 1))
@@ -55,5 +57,5 @@ class OraclePredictor:
     def predict(self, prompt_tokens: int, max_tokens: int, text: str = "", true_tokens: int | None = None) -> int:
         return max(1, min(true_tokens or max_tokens, max_tokens))
 
-    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int) -> None:
+    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int, request_id: str | None = None) -> None:
         pass
