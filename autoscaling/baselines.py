@@ -13,7 +13,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaling.capacity import CapacityModel
+from energy.capacity import CapacityModel
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats

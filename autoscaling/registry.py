@@ -12,6 +12,7 @@ from autoscaling.baselines import (
     ScaleShardPolicy,
     StaticPolicy,
 )
+from autoscaling.dynamollm.policy import make_dynamollm
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.policy import ControlPolicy
 
@@ -25,6 +26,8 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "scaleshard": lambda ttft_s=None, **kw: ScaleShardPolicy(PoolPlanConfig(**kw), ttft_s),
     "scalefreq": lambda ttft_s=None, **kw: ScaleFreqPolicy(PoolPlanConfig(**kw), ttft_s),
     "llumnix": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
+    # Seed policies.
+    "dynamollm": make_dynamollm,
 }
 
 

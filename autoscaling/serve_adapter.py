@@ -12,7 +12,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import ray
+
 from autoscaling.registry import make_policy
+from core.plan import ClusterPlan
+from deployments.plan_store import plan_store, plan_to_dict
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 
@@ -46,12 +50,21 @@ class AppAutoscalingPolicy:
     def __init__(self, policy: str = "utilisation", **policy_kwargs: Any) -> None:
         self.policy = make_policy(policy, **policy_kwargs)
         self.failures = 0
+        self._published: ClusterPlan | None = None
+
+    def _publish(self, plan: ClusterPlan, app_name: str | None) -> None:
+        """Hand TP, clocks, batch limits and routing to the runtime (fire and forget)."""
+        if plan == self._published or app_name is None or not ray.is_initialized():
+            return
+        plan_store(app_name).publish.remote(plan_to_dict(plan))
+        self._published = plan
 
     def __call__(self, ctxs: dict[Any, Any]) -> tuple[dict[Any, int], dict[Any, dict]]:
         now = max((ctx.current_time or 0.0) for ctx in ctxs.values()) if ctxs else 0.0
         try:
             plan = self.policy.observe(view_from_contexts(ctxs), now)
             decisions = {dep_id: plan.replicas.get(dep_id.name, ctx.target_num_replicas) for dep_id, ctx in ctxs.items()}
+            self._publish(plan, next(iter(ctxs.values())).app_name if ctxs else None)
         except Exception:
             self.failures += 1
             logger.exception("wattwise autoscaling policy failed (%d); keeping current targets", self.failures)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, field, fields
+
+_RATE_PREFIX = "rate_per_s."
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class ReplicaStats:
     tensor_parallel: int = 1
     preemptions: int = 0
     completed_requests: int = 0
+    # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
+    class_rates_per_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def kv_utilisation(self) -> float:
@@ -37,13 +41,18 @@ class ReplicaStats:
 
     def to_metrics(self) -> dict[str, float]:
         """Flat float dict, the shape Serve's record_autoscaling_stats expects."""
-        return {k: float(v) for k, v in asdict(self).items()}
+        flat = {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "class_rates_per_s"}
+        flat.update({_RATE_PREFIX + cls: rate for cls, rate in self.class_rates_per_s.items()})
+        return flat
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, float]) -> ReplicaStats:
         """Inverse of to_metrics; unknown keys ignored, missing keys default."""
-        kwargs = {}
+        kwargs: dict = {}
         for f in fields(cls):
             if f.name in metrics:
                 kwargs[f.name] = int(metrics[f.name]) if f.type == "int" else float(metrics[f.name])
+        kwargs["class_rates_per_s"] = {
+            k[len(_RATE_PREFIX):]: float(v) for k, v in metrics.items() if k.startswith(_RATE_PREFIX)
+        }
         return cls(**kwargs)

@@ -30,8 +30,10 @@ from app.openai_api import (
     completion_body,
     usage_dict,
 )
-from app.predict import BucketMedianPredictor
+from app.predictor_config import make_predictor
+from app.route import WeightedRouter
 from deployments.metrics import IngressMetrics
+from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
 from engines.sim_engine import count_words
 
@@ -85,9 +87,18 @@ class Ingress:
         self.config = AppConfig.model_validate(config)
         self.pools = pools
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
-        self.predictor = BucketMedianPredictor(self.config.lengths, self.config.prior_output_tokens)
+        self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
         self.keys = {k.sha256: k for k in self.config.api_keys}
         self.metrics = IngressMetrics()
+        self.router = WeightedRouter()
+        self.app_name = serve.get_replica_context().app_name
+        self._follower: asyncio.Task | None = None
+
+    def _ensure_following_plan(self) -> None:
+        """Routing weights come from the controller's published plan (DynamoLLM spill)."""
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.get_running_loop().create_task(
+                follow_plan(self.app_name, lambda plan: self.router.set_weights(plan.routing_weights)))
 
     # ---- routes ----------------------------------------------------------------
     @fastapi_app.get("/health")
@@ -122,11 +133,13 @@ class Ingress:
     # ---- the request path --------------------------------------------------------
     async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
         arrival_s = time.time()
+        self._ensure_following_plan()
         try:
             tenant, service_class = self._authenticate(http)
             body = await self._parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant, service_class, arrival_s)
+                pool = self.router.pick(request.length_class, pool, allowed=set(self.pools))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
             handle = self.pools[pool]
@@ -204,21 +217,26 @@ class Ingress:
                 f"prompt and {max_tokens} for the completion.",
                 param="max_tokens", code="context_length_exceeded",
             )
-        predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt)
+        request_id = uuid.uuid4().hex
+        predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt, request_id)
         try:
             return self.classifier.classify(
-                uuid.uuid4().hex, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant
+                request_id, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant
             )
         except UnknownServiceClass as exc:
             raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
 
     async def _call(self, response: Any) -> dict[str, Any]:
         try:
-            return await response
+            result = await response
         except BackPressureError:
             raise _overloaded() from None
         except RayError as exc:
             raise _replica_failed(exc) from None
+        if result.get("squashed"):
+            raise APIError(503, f"The request waited {result['waited_s']:.0f} s without starting and was dropped; "
+                           "retry.", "overloaded", code="request_squashed", retry_after_s=1)
+        return result
 
     async def _first_chunk(self, gen: Any) -> dict[str, Any]:
         """Await the first chunk before answering 200, so overload still gets a 503."""
@@ -252,5 +270,6 @@ class Ingress:
     def _learn(self, request: Any, result: dict[str, Any]) -> None:
         if result.get("usage"):
             self.predictor.observe(
-                request.prompt_tokens, result["usage"]["completion_tokens"], request.predicted_output_tokens or 0
+                request.prompt_tokens, result["usage"]["completion_tokens"], request.predicted_output_tokens or 0,
+                request.request_id,
             )

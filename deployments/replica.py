@@ -6,16 +6,21 @@ this class deployed under its own name with its own autoscaling config.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import ray
 from ray import serve
 
+from core.plan import ClusterPlan
 from core.request import Request
+from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.metrics import ReplicaMetrics
+from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
-from engines.protocol import GenerationChunk
+from engines.protocol import GenerationChunk, RequestSquashed
 from engines.sim_engine import SimEngine, SimEngineConfig
 
 
@@ -26,39 +31,72 @@ class LLMReplica:
         self.engine = SimEngine(SimEngineConfig(**engine_config))
         self.stream_flush_s = stream_flush_s
         self.metrics = ReplicaMetrics(pool)
+        context = serve.get_replica_context()
+        self.app_name, self.deployment = context.app_name, context.deployment
+        self.gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        self._follower: asyncio.Task | None = None
+
+    def _ensure_following_plan(self) -> None:
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.get_running_loop().create_task(follow_plan(self.app_name, self.apply_plan))
+
+    def apply_plan(self, plan: ClusterPlan) -> None:
+        """Take this pool's TP, clock and batch limit from the controller's plan."""
+        name = self.deployment
+        if name in plan.tensor_parallel and plan.tensor_parallel[name] != self.engine.stats().tensor_parallel:
+            self.engine.set_tensor_parallel(plan.tensor_parallel[name])
+        if name in plan.batch_limit:
+            self.engine.set_batch_limit(plan.batch_limit[name])
+        if name in plan.clock_mhz:
+            self.engine.set_clock(plan.clock_mhz[name])
+            if self.gpu_ids:  # real GPUs: the node's privileged actor locks their clocks
+                gpu_actor_for_this_node(self.engine.config.hardware).set_clock.remote(
+                    self.gpu_ids, plan.clock_mhz[name])
+
+    async def check_health(self) -> None:
+        """Serve calls this every few seconds: it also keeps the plan follower alive."""
+        self._ensure_following_plan()
 
     async def generate(self, request: Request) -> AsyncIterator[dict[str, Any]]:
         """Stream dicts of {text, num_tokens, finish_reason, usage}; the first token is
         sent at once, later ones batched every `stream_flush_s` (each yield is a Ray object)."""
+        self._ensure_following_plan()
         with tracer.start_as_current_span("wattwise.replica.generate") as span:
             span.set_attribute("wattwise.pool", self.pool)
             span.set_attribute("wattwise.length_class", request.length_class)
             text: list[str] = []
             tokens = 0
             last_flush = 0.0
-            async for chunk in self.engine.generate(request):
-                text.append(chunk.text)
-                tokens += chunk.num_tokens
-                now = time.monotonic()
-                if chunk.finish_reason is not None:
-                    self._record(request, chunk)
-                    span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
-                    yield _chunk_dict("".join(text), tokens, chunk)
-                    return
-                if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
-                    yield {"text": "".join(text), "num_tokens": tokens, "finish_reason": None, "usage": None}
-                    text.clear()
-                    tokens = 0
-                    last_flush = now
+            try:
+                async for chunk in self.engine.generate(request):
+                    text.append(chunk.text)
+                    tokens += chunk.num_tokens
+                    now = time.monotonic()
+                    if chunk.finish_reason is not None:
+                        self._record(request, chunk)
+                        span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
+                        yield _chunk_dict("".join(text), tokens, chunk)
+                        return
+                    if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
+                        yield {"text": "".join(text), "num_tokens": tokens, "finish_reason": None, "usage": None}
+                        text.clear()
+                        tokens = 0
+                        last_flush = now
+            except RequestSquashed as exc:
+                yield _squashed(exc)
 
     async def complete(self, request: Request) -> dict[str, Any]:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
+        self._ensure_following_plan()
         text: list[str] = []
-        async for chunk in self.engine.generate(request):
-            text.append(chunk.text)
-            if chunk.finish_reason is not None:
-                self._record(request, chunk)
-                return _chunk_dict("".join(text), chunk.usage.completion_tokens if chunk.usage else 0, chunk)
+        try:
+            async for chunk in self.engine.generate(request):
+                text.append(chunk.text)
+                if chunk.finish_reason is not None:
+                    self._record(request, chunk)
+                    return _chunk_dict("".join(text), chunk.usage.completion_tokens if chunk.usage else 0, chunk)
+        except RequestSquashed as exc:
+            return _squashed(exc)
         raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:
@@ -74,12 +112,13 @@ class LLMReplica:
         stats = self.engine.stats()
         return {"pending_tokens": float(stats.pending_prompt_tokens + stats.pending_decode_tokens)}
 
-    def set_batch_limit(self, limit: int) -> int:
-        self.engine.set_batch_limit(limit)
-        return self.engine.stats().batch_limit
-
     async def __del__(self) -> None:
         await self.engine.shutdown()
+
+
+def _squashed(exc: RequestSquashed) -> dict[str, Any]:
+    return {"squashed": True, "waited_s": exc.waited_s, "text": "", "num_tokens": 0, "finish_reason": None,
+            "usage": None}
 
 
 def _chunk_dict(text: str, num_tokens: int, chunk: GenerationChunk) -> dict[str, Any]:

@@ -93,6 +93,8 @@ class BatcherConfig:
     block_size: int = 16
     kv_capacity_tokens: int | None = None  # default: what the model leaves free at this TP
     ewma_alpha: float = 0.2
+    # Arrival rates per length class are measured over this trailing window.
+    rate_window_s: float = 30.0
 
 
 class ContinuousBatcher:
@@ -119,6 +121,7 @@ class ContinuousBatcher:
         self.tokens_per_s = 0.0
         self.preemptions = 0
         self.completed = 0
+        self._arrivals: deque[tuple[float, str]] = deque()
 
     # ---- requests in and out -------------------------------------------------
     def add(self, request: Request, now_s: float) -> Sequence:
@@ -130,6 +133,7 @@ class ContinuousBatcher:
                 f"request {request.request_id!r} needs {blocks_needed} KV blocks; the replica has {self.kv_blocks_total}"
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
+        self._arrivals.append((now_s, request.length_class))
         self.waiting.append(seq)
         self.by_id[request.request_id] = seq
         return seq
@@ -153,6 +157,27 @@ class ContinuousBatcher:
     def set_clock(self, clock_mhz: float) -> None:
         gpu = self.perf.gpu
         self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+
+    def squash_waiting(self, now_s: float, max_wait_s: float) -> list[Sequence]:
+        """Drop requests that never started and waited past max(max_wait_s, their TTFT
+        target) (DynamoLLM §IV-D): the client is better served retrying elsewhere."""
+        squashed = [
+            seq for seq in self.waiting
+            if seq.generated == 0 and now_s - seq.request.arrival_s > max(max_wait_s, seq.request.slo.ttft_s)
+        ]
+        for seq in squashed:
+            self.abort(seq.request_id)
+        return squashed
+
+    def set_tensor_parallel(self, tp: int) -> None:
+        """Re-shard: new speed and KV capacity; sequences that no longer fit are preempted."""
+        if tp not in self.perf.fits:
+            raise ValueError(f"no performance fit for TP{tp}; have {self.perf.tensor_parallel_degrees}")
+        self.tensor_parallel = tp
+        kv_tokens = self.config.kv_capacity_tokens or self.perf.kv_capacity_tokens(tp)
+        self.kv_blocks_total = max(kv_tokens // self.config.block_size, 1)
+        while self.kv_blocks_used > self.kv_blocks_total and self.running:
+            self._preempt_newest()
 
     def set_batch_limit(self, limit: int) -> None:
         """New limit applies to admissions; running sequences are never evicted for it."""
@@ -310,6 +335,16 @@ class ContinuousBatcher:
                 finished.append(seq)
 
     # ---- reporting -----------------------------------------------------------
+    def class_rates_per_s(self, now_s: float) -> dict[str, float]:
+        """Arrivals per length class over the trailing window."""
+        window = self.config.rate_window_s
+        while self._arrivals and self._arrivals[0][0] < now_s - window:
+            self._arrivals.popleft()
+        counts: dict[str, float] = {}
+        for _, cls in self._arrivals:
+            counts[cls] = counts.get(cls, 0.0) + 1.0
+        return {cls: n / window for cls, n in counts.items()}
+
     def stats(self, now_s: float) -> ReplicaStats:
         self._account_idle(now_s)
         return ReplicaStats(
@@ -331,4 +366,5 @@ class ContinuousBatcher:
             tensor_parallel=self.tensor_parallel,
             preemptions=self.preemptions,
             completed_requests=self.completed,
+            class_rates_per_s=self.class_rates_per_s(now_s),
         )

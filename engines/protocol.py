@@ -10,6 +10,15 @@ from core.request import Request
 from core.stats import ReplicaStats
 
 
+class RequestSquashed(Exception):
+    """The replica dropped a request that waited too long to start (DynamoLLM §IV-D);
+    the client should retry, ideally elsewhere."""
+
+    def __init__(self, request_id: str, waited_s: float) -> None:
+        super().__init__(f"request {request_id} waited {waited_s:.1f} s without starting")
+        self.waited_s = waited_s
+
+
 @dataclass(frozen=True)
 class RequestUsage:
     """Final accounting of one request, sent with its last chunk."""
@@ -43,5 +52,9 @@ class Engine(Protocol):
     def stats(self) -> ReplicaStats: ...
 
     def set_batch_limit(self, limit: int) -> None: ...
+
+    def set_clock(self, clock_mhz: float) -> None: ...
+
+    def set_tensor_parallel(self, tp: int) -> None: ...
 
     async def shutdown(self) -> None: ...

@@ -17,9 +17,10 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.request import Request
 from core.stats import ReplicaStats
 from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
-from engines.protocol import GenerationChunk, RequestUsage
+from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
 
+_SQUASHED = object()  # queue marker: the request was squashed before it started
 _WORDS = (
     "the of and to in is that for it as with was on be by this are at from or an have not but "
     "they which one you all were we when there can more if no out so said what up its about into "
@@ -38,6 +39,9 @@ class SimEngineConfig(BaseModel):
     clock_mhz: float = Field(default=1980, gt=0)
     batch_limit: int = Field(default=256, gt=0)
     max_batched_tokens: int = Field(default=8192, gt=0)
+    # Requests that never started within this long (and their TTFT target) are dropped
+    # with RequestSquashed so the client retries elsewhere; None keeps them waiting.
+    squash_after_s: float | None = Field(default=60.0, gt=0)
 
 
 def count_words(text: str) -> int:
@@ -65,7 +69,7 @@ class SimEngine:
             ),
         )
         self.max_context_tokens = perf.model.max_context_tokens
-        self._queues: dict[str, asyncio.Queue[Sequence | None]] = {}
+        self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
 
@@ -82,9 +86,12 @@ class SimEngine:
     def set_clock(self, clock_mhz: float) -> None:
         self.batcher.set_clock(clock_mhz)
 
+    def set_tensor_parallel(self, tp: int) -> None:
+        self.batcher.set_tensor_parallel(tp)
+
     async def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
         self._ensure_loop()
-        queue: asyncio.Queue[Sequence | None] = asyncio.Queue()
+        queue: asyncio.Queue = asyncio.Queue()
         seq = self.batcher.add(request, self._clock())
         self._queues[request.request_id] = queue
         self._wakeup.set()
@@ -92,6 +99,8 @@ class SimEngine:
         try:
             while True:
                 item = await queue.get()
+                if item is _SQUASHED:
+                    raise RequestSquashed(request.request_id, self._clock() - request.arrival_s)
                 # Coalesce everything already produced into one chunk.
                 while not queue.empty() and item is not None:
                     item = queue.get_nowait()
@@ -129,6 +138,11 @@ class SimEngine:
 
     async def _run(self) -> None:
         while True:
+            if self.config.squash_after_s is not None:
+                for seq in self.batcher.squash_waiting(self._clock(), self.config.squash_after_s):
+                    queue = self._queues.get(seq.request_id)
+                    if queue is not None:
+                        queue.put_nowait(_SQUASHED)
             step = self.batcher.plan_step(self._clock())
             if step is None:
                 self._wakeup.clear()

@@ -55,4 +55,7 @@ class SimConfig(BaseModel):
     # Windows the peak used to provision static pools is measured over.
     provision_window_s: float = Field(default=60.0, gt=0)
     price_per_gpu_hour: float | None = Field(default=None, ge=0)  # None: the GPU's list price
+    # Requests that never started and waited longer than this (and than their TTFT
+    # target) are squashed, as the Serve app answers them with 503 (DynamoLLM §IV-D).
+    squash_after_s: float | None = Field(default=None, gt=0)
     grid_gco2_per_kwh: float = Field(default=400.0, ge=0)

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.classify import Classifier
+from app.route import WeightedRouter
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
@@ -93,6 +94,7 @@ class Simulator:
         self.pools = {p.name: Pool(i, p) for i, p in enumerate(pools)}
         pool_of_class = {cls: p.name for p in pools for cls in p.classes}
         self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)
+        self.router = WeightedRouter()
         self.on_progress = on_progress
         self.log = RequestLog(len(workload))
         self.series = Series(config.sample_interval_s)
@@ -173,7 +175,7 @@ class Simulator:
         log.slo_tbt_s[i] = request.slo.tbt_s
         log.length_class[i] = CLASS_INDEX[request.length_class]
         log.interactive[i] = w.interactive[i]
-        pool = self.pools[pool_name]
+        pool = self.pools[self.router.pick(request.length_class, pool_name)]
         log.pool[i] = pool.index
         self._dispatch(pool, request, now)
 
@@ -192,8 +194,7 @@ class Simulator:
         try:
             best.batcher.add(request, now)
         except ValueError:  # larger than the replica's whole KV cache
-            self.log.rejected[int(request.request_id)] = True
-            self.unfinished -= 1
+            self._reject(int(request.request_id))
             return
         self._kick(best, now)
 
@@ -281,8 +282,27 @@ class Simulator:
     def _control(self, now: float) -> None:
         plan = self.policy.observe(self.view(now), now)
         self._apply(plan, now)
+        if self.config.squash_after_s is not None:
+            self._squash(now, self.config.squash_after_s)
+
+    def _squash(self, now: float, max_wait_s: float) -> None:
+        for pool in self.pools.values():
+            for r in pool.replicas:
+                if r.batcher is not None:
+                    for seq in r.batcher.squash_waiting(now, max_wait_s):
+                        self._reject(int(seq.request_id))
+            waited = [q for q in pool.outside if now - q.arrival_s > max(max_wait_s, q.slo.ttft_s)]
+            for q in waited:
+                pool.outside.remove(q)
+                self._reject(int(q.request_id))
+
+    def _reject(self, i: int) -> None:
+        self.log.rejected[i] = True
+        self.unfinished -= 1
 
     def _apply(self, plan: ClusterPlan, now: float) -> None:
+        if plan.routing_weights:
+            self.router.set_weights(plan.routing_weights)
         for pool in self.pools.values():
             name = pool.name
             if name in plan.tensor_parallel:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaling.capacity import CapacityModel, Load
+from energy.capacity import CapacityModel, Load
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
 from sim.workload import Workload

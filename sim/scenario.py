@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.config import default_pools
-from autoscaling.capacity import CapacityModel, Load
+from energy.capacity import CapacityModel, Load
 from autoscaling.registry import make_policy
 from core.classes import LengthClassConfig
 from core.policy import ControlPolicy
@@ -29,7 +29,7 @@ MAX_TP = 8
 
 @dataclass(frozen=True)
 class PolicySpec:
-    layout: str  # "single": one pool for every class; "by_input": the app's default pools
+    layout: str  # "single": one pool for all; "by_input": the app's default pools; "by_class": nine
     app_tp: bool  # TP of the app's default pools (else TP8 everywhere)
     pool_plan_args: bool  # the factory takes PoolPlanConfig fields (the provisioned plan)
 
@@ -42,6 +42,7 @@ SPECS: dict[str, PolicySpec] = {
     "scalefreq": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
     "static-max-clock": PolicySpec("by_input", app_tp=True, pool_plan_args=True),
     "llumnix": PolicySpec("single", app_tp=False, pool_plan_args=False),
+    "dynamollm": PolicySpec("by_class", app_tp=False, pool_plan_args=False),
 }
 DEFAULT_SPEC = PolicySpec("by_input", app_tp=True, pool_plan_args=False)
 
@@ -50,6 +51,8 @@ def layout(name: str) -> dict[str, tuple[tuple[str, ...], int]]:
     """Deployment name -> (length classes, the app's TP for it)."""
     if name == "single":
         return {"pool-all": (tuple(LengthClassConfig.names()), MAX_TP)}
+    if name == "by_class":
+        return {f"pool-{c.lower()}": ((c,), MAX_TP) for c in LengthClassConfig.names()}
     return {p.deployment_name: (tuple(p.classes), p.engine.tensor_parallel) for p in default_pools()}
 
 
@@ -97,6 +100,9 @@ def build(
     if not spec.app_tp:
         pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
     setups = provision(w, pools, config, lengths)
+    if name == "dynamollm":
+        return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
+                                   cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs: dict = dict(

@@ -1,4 +1,5 @@
-"""One local Ray cluster with the app from serve_config.yaml, shared by the Serve tests."""
+"""A local Ray cluster with the app from serve_config.yaml, per test module (one at a time:
+LocalServe.stop stops every Ray on the machine)."""
 
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +26,7 @@ def _test_config(config: dict[str, Any]) -> None:
         pool["autoscaling"]["max_replicas"] = 3
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def served() -> Iterator[LocalServe]:
     with LocalServe(edit=_test_config) as local:
         yield local

@@ -14,7 +14,8 @@ commands:
   serve      run the app: `serve run` on serve_config.yaml (or --config PATH)
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit the performance model and print its held-out error
-  bench      run a benchmark: ingress | sim-speed | dynamollm-table
+  profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
+  bench      run a benchmark: ingress | sim-speed | dynamollm-table | dynamollm
 """
 
 
@@ -40,14 +41,51 @@ def _calibrate(argv: list[str]) -> int:
     return 0
 
 
+def _profile(argv: list[str]) -> int:
+    import argparse
+
+    from energy.calibration import default_perf_model
+    from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS
+    from energy.profile_builder import build_profile
+    from energy.profiling import sweep
+
+    p = argparse.ArgumentParser(prog="wattwise profile", description="Write an energy profile for DynamoLLM.")
+    p.add_argument("--out", required=True, help="JSON path; give it to the dynamollm policy as profile_path")
+    p.add_argument("--model", default="llama2-70b")
+    p.add_argument("--hardware", default="h100-80gb")
+    p.add_argument("--source", choices=("engine", "model"), default="engine",
+                   help="engine: measured sweeps of the sim engine; model: the analytic steady state")
+    p.add_argument("--classes", default=",".join(CONV_CLASS_SHAPES), help="comma-separated length classes")
+    p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds per measured point")
+    args = p.parse_args(argv)
+    perf = default_perf_model(args.model, args.hardware)
+    shapes = {c: CONV_CLASS_SHAPES[c] for c in args.classes.split(",")}
+    model_profile = build_profile(perf, shapes=shapes)
+    if args.source == "model":
+        profile = model_profile
+    else:
+        # Measure at fractions of the load the analytic model says one instance carries.
+        top = {c: max(model_profile.max_rate_per_s(c, tp, clock) for tp in PROFILE_TPS for clock in PROFILE_CLOCKS_MHZ)
+               for c in shapes}
+        rates = {c: tuple(round(top[c] * f, 4) for f in (0.1, 0.25, 0.5, 0.75, 1.0)) for c in shapes}
+        total = len(shapes) * len(PROFILE_TPS) * len(PROFILE_CLOCKS_MHZ) * 5
+        print(f"measuring {total} points ...", file=sys.stderr)
+        profile = sweep(perf, shapes, PROFILE_TPS, PROFILE_CLOCKS_MHZ, rates, args.duration_s)
+    profile.save(args.out)
+    print(f"wrote {len(profile.points)} points to {args.out}")
+    return 0
+
+
 def _bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("ingress", "sim-speed", "dynamollm-table"):
-        print("usage: wattwise bench ingress|sim-speed|dynamollm-table [ARGS]", file=sys.stderr)
+    if not argv or argv[0] not in ("ingress", "sim-speed", "dynamollm-table", "dynamollm"):
+        print("usage: wattwise bench ingress|sim-speed|dynamollm-table|dynamollm [ARGS]", file=sys.stderr)
         return 2
     if argv[0] == "ingress":
         from bench.ingress_overhead import main as run
     elif argv[0] == "sim-speed":
         from bench.sim_speed import main as run
+    elif argv[0] == "dynamollm":
+        from bench.dynamollm import main as run
     else:
         from bench.dynamollm_table import run
     return run(argv[1:])
@@ -67,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
         run = _serve
     elif command == "calibrate":
         run = _calibrate
+    elif command == "profile":
+        run = _profile
     elif command == "bench":
         run = _bench
     else:

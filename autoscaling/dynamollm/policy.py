@@ -1,0 +1,295 @@
+"""DynamoLLM's controller hierarchy as one ControlPolicy (seed 000, §IV).
+
+Three epochs, each a pure step on the same EnergyProfile:
+- cluster (default 30 min): forecast each class's peak, size pools at TP8/max clock,
+  spill leftovers to the next larger pool (routing weights);
+- pool (default 5 min): the max-clock MILP picks TP and instances within the pool's
+  GPUs; a change is made only if the energy it saves over the epoch pays its cost,
+  or at once if the current shape cannot carry the load;
+- instance (default 5 s): the lowest-energy clock meeting the SLO at the current load.
+Overload between epochs (queues beyond a bound, TTFT over target) forwards half of the
+pool's own traffic to the next larger pool and adds an instance if GPUs allow.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaling.dynamollm.cluster_manager import PoolDemand, size_pools
+from autoscaling.dynamollm.instance_manager import lowest_energy_clock, step_up
+from autoscaling.dynamollm.load_predictor import WeeklyTemplatePredictor
+from autoscaling.dynamollm.pool_manager import solve_pool
+from autoscaling.dynamollm.reconfig import OverheadTable, worth_reconfiguring
+from core.classes import LengthClassConfig
+from core.plan import ClusterPlan
+from core.slo import SLO
+from core.view import ClusterView, DeploymentView
+from energy.calibration import default_perf_model
+from energy.profile import EnergyProfile
+from energy.profile_builder import build_profile
+
+MAX_TP = 8
+
+
+class DynamoLLMConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Deployment name -> the length classes it serves, smallest requests first.
+    pools: dict[str, list[str]]
+    cluster_gpus: int = Field(default=96, gt=0)
+    model: str = "llama2-70b"
+    hardware: str = "h100-80gb"
+    profile_path: str | None = None  # a `wattwise profile` output; default: built from the model
+    # The first cluster epoch waits this long for load to observe; until then the
+    # runtime's provisioned pools stay as they are.
+    warmup_s: float = Field(default=60.0, ge=0)
+    cluster_epoch_s: float = Field(default=1800.0, gt=0)
+    pool_epoch_s: float = Field(default=300.0, gt=0)
+    instance_epoch_s: float = Field(default=5.0, gt=0)
+    headroom: float = Field(default=0.8, gt=0, le=1)  # share of each SLO to plan for
+    min_pool_instances: float = Field(default=0.5, ge=0)
+    max_pools: int | None = Field(default=None, gt=0)
+    overload_queue_per_replica: float = Field(default=8.0, gt=0)
+    # A new plan that grows pools takes effect (routing moves, other pools shrink)
+    # once the grown pools' replicas are ready, or after this long.
+    shadow_timeout_s: float = Field(default=120.0, ge=0)
+    overheads: OverheadTable = OverheadTable()
+
+
+@dataclass
+class PoolState:
+    classes: list[str]
+    gpus: int = 0
+    tp: int = MAX_TP
+    instances: int = 1
+    clock_mhz: int = 0
+    keep_share: float = 1.0
+    spill_to: str | None = None
+    peak_demand: float = 0.0  # most instances needed since the last pool epoch
+
+
+class DynamoLLMPolicy:
+    def __init__(self, config: DynamoLLMConfig, profile: EnergyProfile | None = None) -> None:
+        self.config = config
+        self.lengths = LengthClassConfig()
+        perf = default_perf_model(config.model, config.hardware)
+        self.model_bytes = perf.model.weight_bytes
+        if profile is None:
+            profile = EnergyProfile.load(config.profile_path) if config.profile_path else build_profile(perf)
+        self.profile = profile
+        self.max_clock = max(profile.clocks_mhz)
+        self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)
+        self.pools = {name: PoolState(list(classes), clock_mhz=self.max_clock) for name, classes in config.pools.items()}
+        self._start_s: float | None = None  # first observation: epochs count from here
+        self._next_cluster_s = self._next_pool_s = self._next_instance_s = 0.0
+        self._class_rates: dict[str, float] = {}
+        self._committed: ClusterPlan | None = None
+        self._pending_since_s: float | None = None
+
+    # ---- helpers -------------------------------------------------------------------
+    def _lead_class(self, name: str) -> str:
+        """The class bringing pool `name` the most demand under the current routing
+        (its own first class when idle): the class whose profile the pool is planned on."""
+        best, best_need = self.pools[name].classes[0], 0.0
+        for cls, weights in self._routing().items():
+            need = weights.get(name, 0.0) * self._class_rates.get(cls, 0.0) / self._capacity(cls)
+            if need > best_need:
+                best, best_need = cls, need
+        return best
+
+    def _capacity(self, cls: str) -> float:
+        """Requests/s of `cls` one instance carries at the highest-performance shape."""
+        cap = self.profile.capacity(cls, MAX_TP, self.max_clock, self.lengths.slo(cls), self.config.headroom)
+        return max(cap, 1e-9)
+
+    def _pool_demands(self) -> dict[str, float]:
+        """Instances (TP8, max clock) each pool needs for the traffic routed to it now."""
+        demand = dict.fromkeys(self.pools, 0.0)
+        for cls, weights in self._routing().items():
+            need = self._class_rates.get(cls, 0.0) / self._capacity(cls)
+            for pool, share in weights.items():
+                demand[pool] += share * need
+        return demand
+
+    def _pool_slo(self, name: str) -> SLO:
+        """The tightest targets among the classes routed to pool `name` (own ones if none)."""
+        routed = [cls for cls, w in self._routing().items() if w.get(name, 0.0) > 0] or self.pools[name].classes
+        slo = self.lengths.slo(routed[0])
+        for cls in routed[1:]:
+            slo = slo.tightest(self.lengths.slo(cls))
+        return slo
+
+    def _pool_load(self, name: str, demand_instances: float) -> tuple[str, float]:
+        """The pool's load as a rate of its lead class (the profile it is planned on)."""
+        cls = self._lead_class(name)
+        return cls, demand_instances * self._capacity(cls)
+
+    # ---- epochs --------------------------------------------------------------------
+    def _cluster_epoch(self, now_s: float) -> None:
+        demands = []
+        for name, pool in self.pools.items():
+            need = sum(
+                self.predictor.predict_peak(c, now_s, self.config.cluster_epoch_s) / self._capacity(c)
+                for c in pool.classes
+            )
+            demands.append(PoolDemand(name, need))
+        decision = size_pools(demands, self.config.cluster_gpus, MAX_TP, self.config.min_pool_instances,
+                              self.config.max_pools)
+        for name, pool in self.pools.items():
+            pool.gpus = decision.instances[name] * MAX_TP
+            pool.keep_share = decision.keep_share[name]
+            pool.spill_to = decision.spill_to.get(name)
+        largest = self.pools[list(self.pools)[-1]]
+        largest.gpus = max(largest.gpus, MAX_TP)  # someone must serve what all others spill
+
+    def _pool_epoch(self, name: str, pool: PoolState, now_s: float) -> None:
+        cls, load = self._pool_load(name, pool.peak_demand)
+        pool.peak_demand = 0.0
+        if pool.gpus == 0:
+            pool.instances = 0
+            return
+        slo = self._pool_slo(name)
+        choice = solve_pool(self.profile, cls, load, pool.gpus, slo, max_clock_only=True,
+                            headroom=self.config.headroom)
+        if choice is None:  # nothing fits: all GPUs at TP8, the highest-performance shape
+            pool.tp, pool.instances = MAX_TP, max(pool.gpus // MAX_TP, 1)
+            return
+        # The pool runs all its GPUs (the cluster manager sized them); the pool manager
+        # only picks how to shard them, as DynamoLLM's online simplification does.
+        instances = pool.gpus // choice.tensor_parallel
+        current_ok = pool.instances > 0 and self.profile.meets(
+            cls, pool.tp, self.max_clock, load / pool.instances, slo, self.config.headroom)
+        if not current_ok or self._pays_off(pool, cls, load, choice.tensor_parallel, instances, choice.power_w):
+            pool.tp, pool.instances = choice.tensor_parallel, instances
+
+    def _pays_off(self, pool: PoolState, cls: str, load: float, tp: int, instances: int, power_new_w: float) -> bool:
+        if (tp, instances) == (pool.tp, pool.instances):
+            return False
+        now = self.profile.at(cls, pool.tp, self.max_clock, load / max(pool.instances, 1))
+        if now is None:
+            return True
+        power_now = now[0] * pool.instances
+        oh = self.config.overheads
+        if tp != pool.tp:
+            tps_now = [pool.tp] * min(pool.instances, oh.gpus_per_server // pool.tp)
+            tps_new = [tp] * min(instances, oh.gpus_per_server // tp)
+            cost_s = oh.reshard_s(tps_now, tps_new, self.model_bytes)
+        else:
+            cost_s = oh.scale_out_s if instances > pool.instances else 0.0
+        cost_j = cost_s * power_now
+        return worth_reconfiguring(power_now, power_new_w, self.config.pool_epoch_s, cost_j)
+
+    def _instance_epoch(self, name: str, pool: PoolState, dep: DeploymentView | None, demand: float) -> None:
+        if pool.instances == 0:
+            return
+        cls, load = self._pool_load(name, demand)
+        slo = self._pool_slo(name)
+        rate = load / pool.instances
+        clock = lowest_energy_clock(self.profile, cls, pool.tp, rate, slo, self.config.headroom)
+        slow = dep is not None and any(s.itl_ewma_s > slo.tbt_s * self.config.headroom for s in dep.replica_stats)
+        pool.clock_mhz = max(clock, step_up(self.profile, pool.clock_mhz)) if slow else clock
+
+    def _handle_overload(self, name: str, pool: PoolState, dep: DeploymentView | None, gpus_free: int) -> int:
+        if dep is None or not dep.replica_stats or pool.spill_to is None and gpus_free < pool.tp:
+            return gpus_free
+        queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
+        # TTFT averages over every class in the pool: judge it by the lead class's target.
+        lead_ttft_s = self.lengths.slo(self._lead_class(name)).ttft_s
+        late = any(s.ttft_ewma_s > lead_ttft_s for s in dep.replica_stats)
+        if queued > self.config.overload_queue_per_replica * max(len(dep.replica_stats), 1) or late:
+            if pool.spill_to is not None:
+                pool.keep_share *= 0.5
+            # One instance at a time: wait until the last one added is serving.
+            if gpus_free >= pool.tp and dep.target_replicas <= dep.current_replicas:
+                pool.instances += 1
+                pool.gpus = max(pool.gpus, pool.instances * pool.tp)
+                gpus_free -= pool.tp
+        return gpus_free
+
+    # ---- the policy ----------------------------------------------------------------
+    def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        rates: dict[str, float] = {}
+        for dep in view.deployments.values():
+            for s in dep.replica_stats:
+                for cls, r in s.class_rates_per_s.items():
+                    rates[cls] = rates.get(cls, 0.0) + r
+        self._class_rates = rates
+        for cls in self.lengths.names():
+            self.predictor.observe(cls, rates.get(cls, 0.0), now_s)
+        if self._start_s is None:
+            self._start_s = now_s
+            self._next_cluster_s = self._next_pool_s = self._next_instance_s = now_s + self.config.warmup_s
+        if now_s < self._start_s + self.config.warmup_s:
+            return ClusterPlan(reason="dynamollm: warming up")
+        if now_s >= self._next_cluster_s:
+            self._cluster_epoch(now_s)
+            self._next_cluster_s = now_s + self.config.cluster_epoch_s
+            self._next_pool_s = now_s
+        demands = self._pool_demands()
+        for name, pool in self.pools.items():
+            pool.peak_demand = max(pool.peak_demand, demands[name])
+        if now_s >= self._next_pool_s:
+            for name, pool in self.pools.items():
+                self._pool_epoch(name, pool, now_s)
+            self._next_pool_s = now_s + self.config.pool_epoch_s
+        if now_s >= self._next_instance_s:
+            gpus_free = self.config.cluster_gpus - sum(p.instances * p.tp for p in self.pools.values())
+            for name, pool in self.pools.items():
+                dep = view.deployments.get(name)
+                gpus_free = self._handle_overload(name, pool, dep, gpus_free)
+                self._instance_epoch(name, pool, dep, demands[name])
+            self._next_instance_s = now_s + self.config.instance_epoch_s
+        return self._shadowed(self._plan(), view, now_s)
+
+    def _shadowed(self, desired: ClusterPlan, view: ClusterView, now_s: float) -> ClusterPlan:
+        """Shadow instances (§IV-C): pools keep serving under the old routing until the
+        pools the new plan grows have their replicas ready."""
+        old = self._committed
+        growing = [p for p, n in desired.replicas.items() if old is None or n > old.replicas.get(p, 0)]
+        ready = all(p in view.deployments and view.deployments[p].current_replicas >= desired.replicas[p]
+                    for p in growing)
+        if old is None or ready:
+            self._committed, self._pending_since_s = desired, None
+            return desired
+        if self._pending_since_s is None:
+            self._pending_since_s = now_s
+        if now_s - self._pending_since_s >= self.config.shadow_timeout_s:
+            self._committed, self._pending_since_s = desired, None
+            return desired
+        replicas = {p: max(n, old.replicas.get(p, 0)) for p, n in desired.replicas.items()}
+        return replace(desired, replicas=replicas, routing_weights=old.routing_weights,
+                       reason="dynamollm: waiting for new replicas")
+
+    def _serving(self, name: str) -> str:
+        """`name`, or the first larger pool that has instances."""
+        while self.pools[name].instances == 0 and self.pools[name].spill_to is not None:
+            name = self.pools[name].spill_to
+        return name
+
+    def _plan(self) -> ClusterPlan:
+        return ClusterPlan(
+            replicas={n: p.instances for n, p in self.pools.items()},
+            tensor_parallel={n: p.tp for n, p in self.pools.items()},
+            clock_mhz={n: p.clock_mhz for n, p in self.pools.items() if p.instances > 0},
+            routing_weights=self._routing(),
+            reason="dynamollm",
+        )
+
+    def _routing(self) -> dict[str, dict[str, float]]:
+        """Class -> pool shares: keep what the own pool carries, spill the rest onward."""
+        routing: dict[str, dict[str, float]] = {}
+        for name, pool in self.pools.items():
+            keep = pool.keep_share if pool.instances > 0 else 0.0
+            for cls in pool.classes:
+                weights = {name: keep} if keep > 0 else {}
+                if pool.spill_to is not None and keep < 1.0:
+                    target = self._serving(pool.spill_to)
+                    weights[target] = weights.get(target, 0.0) + 1.0 - keep
+                routing[cls] = weights
+        return routing
+
+
+def make_dynamollm(**kwargs) -> DynamoLLMPolicy:
+    return DynamoLLMPolicy(DynamoLLMConfig(**kwargs))

@@ -1,0 +1,53 @@
+"""One privileged GPU-control actor per node: the only path from serving code to clocks.
+
+Replicas ask it to lock clocks for their GPUs; it clamps, rate-limits and records
+each change (energy.clock_governor), restores default clocks when it stops, and
+falls back to the modelled GPU where NVML is missing (its `backend` says which).
+"""
+
+from __future__ import annotations
+
+import time
+
+import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from energy.clock_governor import ClockGovernor
+from energy.gpu_control import open_gpus
+from energy.hardware import GPUS
+
+NAMESPACE = "wattwise"
+
+
+@ray.remote(num_cpus=0, max_restarts=-1)
+class GpuControlActor:
+    def __init__(self, hardware: str = "h100-80gb", min_interval_s: float = 1.0) -> None:
+        self.governor = ClockGovernor(open_gpus(GPUS[hardware]), min_interval_s)
+
+    def backend(self) -> str:
+        return self.governor.gpus.backend
+
+    def set_clock(self, indices: list[int], clock_mhz: float) -> list[int | None]:
+        now = time.monotonic()
+        return [self.governor.set_clock(i, clock_mhz, now) for i in indices]
+
+    def energy_j(self, indices: list[int]) -> float:
+        return sum(self.governor.gpus.energy_j(i) for i in indices)
+
+    def changes(self) -> list[tuple[float, int, int, int | None, str]]:
+        return [(c.at_s, c.index, c.requested_mhz, c.applied_mhz, c.note) for c in self.governor.history]
+
+    def restore_all(self) -> None:
+        self.governor.restore_all(time.monotonic())
+
+    def __del__(self) -> None:
+        self.restore_all()
+
+
+def gpu_actor_for_this_node(hardware: str = "h100-80gb"):
+    """The node's actor, created on first use and pinned to this node."""
+    node_id = ray.get_runtime_context().get_node_id()
+    return GpuControlActor.options(
+        name=f"gpu-control-{node_id}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+    ).remote(hardware)

@@ -1,0 +1,66 @@
+"""Where the controller publishes the ClusterPlan and the runtime picks it up.
+
+Serve's autoscaling policy returns only replica counts; the rest of a plan (TP,
+clocks, batch limits, routing weights) goes to this named actor, which replicas and
+the ingress poll. A missing or stale plan leaves them serving as they were.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+import ray
+
+from core.plan import ClusterPlan
+
+NAMESPACE = "wattwise"
+logger = logging.getLogger("ray.serve")
+
+
+@ray.remote(num_cpus=0)
+class PlanStore:
+    def __init__(self) -> None:
+        self.version = 0
+        self.plan: dict[str, Any] | None = None
+
+    def publish(self, plan: dict[str, Any]) -> int:
+        if plan != self.plan:
+            self.plan = plan
+            self.version += 1
+        return self.version
+
+    def get(self, known_version: int = -1) -> tuple[int, dict[str, Any] | None]:
+        """The plan if newer than `known_version` (else None, to keep replies small)."""
+        return self.version, (self.plan if self.version != known_version else None)
+
+
+def plan_store(app_name: str):
+    return PlanStore.options(
+        name=f"plan-{app_name}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
+    ).remote()
+
+
+def plan_to_dict(plan: ClusterPlan) -> dict[str, Any]:
+    return asdict(plan)
+
+
+def plan_from_dict(data: dict[str, Any]) -> ClusterPlan:
+    return ClusterPlan(**data)
+
+
+async def follow_plan(app_name: str, apply: Callable[[ClusterPlan], None], period_s: float = 1.0) -> None:
+    """Poll the store forever, calling `apply` with each new plan."""
+    store = plan_store(app_name)
+    version = -1
+    while True:
+        try:
+            version, data = await store.get.remote(version)
+            if data is not None:
+                apply(plan_from_dict(data))
+        except Exception:  # the replica keeps serving on the last plan it had
+            logger.exception("wattwise: reading the plan failed; keeping the last one")
+        await asyncio.sleep(period_s)
