@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from core.request import Request
 from core.stats import ReplicaStats
@@ -95,14 +96,38 @@ class BatcherConfig:
     ewma_alpha: float = 0.2
     # Arrival rates per length class are measured over this trailing window.
     rate_window_s: float = 30.0
+    # Chiron's mixed replicas: interactive requests queue ahead of batch ones and, when
+    # the batch is full, preempt the newest running batch request (recompute later).
+    interactive_first: bool = False
+
+
+class AdmissionPolicy(Protocol):
+    """Decides whether the head of the waiting queue may join the batch now (FCFS:
+    a refusal holds everyone behind it). throttLL'eM's SLO checks plug in here."""
+
+    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool: ...
+
+
+class ClockPolicy(Protocol):
+    """Picks the GPU clock before each step (None: keep it). Rate limiting is its own."""
+
+    def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None: ...
 
 
 class ContinuousBatcher:
     """Waiting queue, running batch and KV blocks of one replica."""
 
-    def __init__(self, perf: PerfModel, config: BatcherConfig = BatcherConfig()) -> None:
+    def __init__(
+        self,
+        perf: PerfModel,
+        config: BatcherConfig = BatcherConfig(),
+        admission: AdmissionPolicy | None = None,
+        clock_policy: ClockPolicy | None = None,
+    ) -> None:
         self.perf = perf
         self.config = config
+        self.admission = admission
+        self.clock_policy = clock_policy
         self.tensor_parallel = config.tensor_parallel
         self.clock_mhz = config.clock_mhz
         self.batch_limit = config.batch_limit
@@ -134,9 +159,23 @@ class ContinuousBatcher:
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
         self._arrivals.append((now_s, request.length_class))
-        self.waiting.append(seq)
+        self._enqueue(seq)
         self.by_id[request.request_id] = seq
         return seq
+
+    def _is_batch(self, seq: Sequence) -> bool:
+        return self.config.interactive_first and seq.request.service_class == "batch"
+
+    def _enqueue(self, seq: Sequence, front: bool = False) -> None:
+        """FCFS, except that with interactive_first interactive requests wait ahead of
+        every batch request; `front` requeues a preempted request first in its group."""
+        if front and not self._is_batch(seq):
+            self.waiting.appendleft(seq)
+        elif not self.config.interactive_first or (self._is_batch(seq) and not front):
+            self.waiting.append(seq)
+        else:  # interactive arriving, or batch requeued: just before the first batch request
+            first_batch = next((i for i, w in enumerate(self.waiting) if self._is_batch(w)), len(self.waiting))
+            self.waiting.insert(first_batch, seq)
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its KV; False if unknown."""
@@ -209,14 +248,29 @@ class ContinuousBatcher:
         return True
 
     def _preempt_newest(self) -> Sequence:
-        victim = self.running.pop()
+        return self._preempt(len(self.running) - 1)
+
+    def _preempt(self, index: int) -> Sequence:
+        """Recompute preemption: free the KV, requeue at the front; tokens already
+        generated are kept (and re-prefilled), so the client never sees them twice."""
+        victim = self.running.pop(index)
         self._free(victim)
         victim.prefilled = 0
         victim.prefill_target = victim.context_tokens
         victim.preemptions += 1
         self.preemptions += 1
-        self.waiting.appendleft(victim)
+        self._enqueue(victim, front=True)
         return victim
+
+    def _preempt_batch_for(self, seq: Sequence) -> bool:
+        """Make room for an interactive request by preempting the newest batch one."""
+        if not self.config.interactive_first or self._is_batch(seq):
+            return False
+        for index in range(len(self.running) - 1, -1, -1):
+            if self._is_batch(self.running[index]):
+                self._preempt(index)
+                return True
+        return False
 
     # ---- time and energy -----------------------------------------------------
     def _account_idle(self, now_s: float) -> None:
@@ -231,6 +285,10 @@ class ContinuousBatcher:
     def plan_step(self, now_s: float) -> Step | None:
         """Choose this iteration's work and cost it; None when there is nothing to do."""
         self._account_idle(now_s)
+        if self.clock_policy is not None:
+            clock = self.clock_policy.choose_clock_mhz(self, now_s)
+            if clock is not None and clock != self.clock_mhz:
+                self.set_clock(clock)
         budget = self.config.max_batched_tokens
         chunks: list[tuple[Sequence, int]] = []
         decodes: list[Sequence] = []
@@ -260,11 +318,19 @@ class ContinuousBatcher:
                 budget -= n
             i += 1
         # Admit waiting sequences FCFS while the batch limit, budget and KV allow.
-        while self.waiting and len(self.running) < self.batch_limit and budget > 0:
+        while self.waiting and budget > 0:
             seq = self.waiting[0]
+            if len(self.running) >= self.batch_limit:
+                if self._preempt_batch_for(seq):
+                    continue
+                break
+            if self.admission is not None and not self.admission.admit(seq, self, now_s):
+                break
             n = min(seq.prefill_target, budget)
             target_tokens = n + (1 if n == seq.prefill_target else 0)
             if not self._grow(seq, target_tokens):
+                if self._preempt_batch_for(seq):
+                    continue
                 break
             self.waiting.popleft()
             self.running.append(seq)

@@ -93,3 +93,47 @@ def test_lower_clock_is_slower_and_costs_less_power() -> None:
     slow_t, slow_w = run(1000)
     fast_t, fast_w = run(1980)
     assert slow_t > fast_t and slow_w < fast_w
+
+
+def _svc(i: int, service: str, prompt: int = 100, out: int = 50) -> Request:
+    return Request(f"{service}{i}", prompt, out, 0.0, SLO_, service_class=service)
+
+
+def test_interactive_preempts_batch_on_mixed_replicas_without_losing_tokens() -> None:
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8, batch_limit=2, interactive_first=True))
+    b.add(_svc(0, "batch"), 0.0)
+    b.add(_svc(1, "batch"), 0.0)
+    t = b.finish_step(b.plan_step(0.0)).end_s
+    t = b.finish_step(b.plan_step(t)).end_s  # both batch requests are decoding
+    b.add(_svc(0, "interactive"), t)
+    step = b.plan_step(t)
+    assert [s.request_id for s, _ in step.prefill_chunks] == ["interactive0"]
+    assert b.preemptions == 1 and [s.request_id for s in b.waiting] == ["batch1"]
+    b.finish_step(step)
+    _, emitted, _ = _drain(b, step.end_s)
+    assert b.completed == 3  # the preempted request resumed and finished; none was lost
+    assert b.by_id == {} and b.kv_blocks_used == 0
+
+
+def test_interactive_jumps_the_batch_queue_only_when_enabled() -> None:
+    for interactive_first, expected in ((True, ["interactive0", "batch0"]), (False, ["batch0", "interactive0"])):
+        b = ContinuousBatcher(default_perf_model(), BatcherConfig(interactive_first=interactive_first))
+        b.add(_svc(0, "batch"), 0.0)
+        b.add(_svc(0, "interactive"), 0.0)
+        assert [s.request_id for s in b.waiting] == expected
+
+
+def test_admission_and_clock_hooks_are_consulted() -> None:
+    class OnlyOne:
+        def admit(self, seq, batcher, now_s):
+            return len(batcher.running) < 1
+
+    class Slow:
+        def choose_clock_mhz(self, batcher, now_s):
+            return 1000.0
+
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8), OnlyOne(), Slow())
+    for i in range(3):
+        b.add(_req(i), 0.0)
+    step = b.plan_step(0.0)
+    assert len(step.prefill_chunks) == 1 and b.clock_mhz == 1000.0
