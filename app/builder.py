@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ray.serve import Application
 
 from app.config import AppConfig, PoolConfig
+from deployments.batch_queue import BatchQueue
 from deployments.ingress import Ingress
 from deployments.replica import LLMReplica
 
@@ -34,7 +36,25 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
             "downscale_delay_s": 0,
         },
         **routing,
-    ).bind(pool.name, pool.engine.model_dump(), stream_flush_s)
+    ).bind(pool.name, _engine_config(pool), stream_flush_s,
+           pool.local_autoscaler.model_dump() if pool.local_autoscaler else None)
+
+
+def _engine_config(pool: PoolConfig) -> dict[str, Any]:
+    """A mixed pool's replicas put interactive requests first (Chiron)."""
+    engine = pool.engine.model_dump()
+    if pool.kind == "mixed" and "interactive_first" in engine:
+        engine["interactive_first"] = True
+    return engine
+
+
+def _batch_queue(config: AppConfig) -> Application:
+    """One replica owns the SQLite queue; autoscaled 1..1 so its metrics reach the policy."""
+    return BatchQueue.options(
+        ray_actor_options={"num_cpus": 0.05},
+        autoscaling_config={"min_replicas": 1, "max_replicas": 1, "metrics_interval_s": 0.5,
+                            "look_back_period_s": 2.0},
+    ).bind(os.path.expanduser(config.batch_api.db_path), "Ingress", config.batch_api.max_in_flight)
 
 
 def build_app(args: dict[str, Any]) -> Application:
@@ -44,4 +64,5 @@ def build_app(args: dict[str, Any]) -> Application:
     ingress = Ingress.options(
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests
     )
-    return ingress.bind(config.model_dump(mode="json"), pools)
+    batch_queue = _batch_queue(config) if config.batch_api.enabled else None
+    return ingress.bind(config.model_dump(mode="json"), pools, batch_queue)

@@ -11,8 +11,9 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.predictor_config import PredictorConfig
+from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
-from energy.hardware import MODELS
+from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine import SimEngineConfig
 
 
@@ -39,7 +40,8 @@ class PoolConfig(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,30}$")
     classes: list[str] = Field(min_length=1)
-    engine: SimEngineConfig = SimEngineConfig()
+    # No `kind` (or kind: sim): simulated GPUs; kind: vllm: the real engine (engines.vllm_config).
+    engine: EngineConfig = SimEngineConfig()
     autoscaling: PoolAutoscaling = PoolAutoscaling()
     max_ongoing_requests: int = Field(default=512, gt=0)
     max_queued_requests: int = Field(default=1024, gt=0)
@@ -47,6 +49,11 @@ class PoolConfig(BaseModel):
     # "token_balanced": Mico's pending-token balance across the pool's replicas
     # (deployments.token_router); "default": Serve's power-of-two-choices router.
     request_router: Literal["default", "token_balanced"] = "default"
+    # Chiron: a pool of interactive, mixed or batch replicas (routing by service class
+    # instead of length class); None for length-class pools.
+    kind: Literal["interactive", "mixed", "batch"] | None = None
+    # Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit.
+    local_autoscaler: LocalAutoscalerConfig | None = None
 
     @property
     def deployment_name(self) -> str:
@@ -74,6 +81,16 @@ def default_pools() -> list[PoolConfig]:
     ]
 
 
+class BatchApiConfig(BaseModel):
+    """The OpenAI Batch API and its durable queue (SQLite on the node running it)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = True
+    db_path: str = "~/.wattwise/batches.sqlite"
+    max_in_flight: int = Field(default=32, gt=0)
+
+
 class AppConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -94,12 +111,20 @@ class AppConfig(BaseModel):
     stream_flush_s: float = Field(default=0.05, ge=0)
     prior_output_tokens: int = Field(default=200, gt=0)
     predictor: PredictorConfig = PredictorConfig()
+    batch_api: BatchApiConfig = BatchApiConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
             raise ValueError(f"pool names must be unique: {names}")
+        kinds = [p.kind for p in self.pools if p.kind is not None]
+        if kinds:
+            if len(kinds) != len(self.pools) or len(set(kinds)) != len(kinds):
+                raise ValueError("with replica kinds, every pool needs a distinct kind")
+            if not {"interactive", "mixed"} <= set(kinds):
+                raise ValueError("replica kinds need at least an interactive and a mixed pool")
+            return self._check_services()
         seen: dict[str, str] = {}
         for pool in self.pools:
             for cls in pool.classes:
@@ -111,6 +136,9 @@ class AppConfig(BaseModel):
         missing = sorted(set(LengthClassConfig.names()) - set(seen))
         if missing:
             raise ValueError(f"length classes served by no pool: {missing}")
+        return self._check_services()
+
+    def _check_services(self) -> AppConfig:
         if self.default_service_class not in self.services:
             raise ValueError(f"default_service_class {self.default_service_class!r} is not in services")
         for key in self.api_keys:
@@ -118,9 +146,15 @@ class AppConfig(BaseModel):
                 raise ValueError(f"api key of tenant {key.tenant!r}: unknown service class {key.service_class!r}")
         return self
 
+    def pool_of_kind(self, kind: str) -> str | None:
+        return next((p.deployment_name for p in self.pools if p.kind == kind), None)
+
     def pool_of_class(self) -> dict[str, str]:
+        """Length class -> pool; with replica kinds every class starts at the interactive pool."""
+        if self.pool_of_kind("interactive"):
+            return dict.fromkeys(LengthClassConfig.names(), self.pool_of_kind("interactive"))
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
 
     @property
     def max_context_tokens(self) -> int:
-        return min(MODELS[p.engine.model].max_context_tokens for p in self.pools)
+        return min(context_tokens(p.engine) for p in self.pools)

@@ -12,7 +12,10 @@ from autoscaling.baselines import (
     ScaleShardPolicy,
     StaticPolicy,
 )
+from autoscaling.chiron.policy import ChironConfig, ChironPolicy
 from autoscaling.dynamollm.policy import make_dynamollm
+from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
+from autoscaling.throttllem.config import ThrottllemScalingConfig
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.policy import ControlPolicy
 
@@ -28,6 +31,8 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "llumnix": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
     # Seed policies.
     "dynamollm": make_dynamollm,
+    "throttllem": lambda **kw: ThrottllemAutoscaler(ThrottllemScalingConfig(**kw)),
+    "chiron": lambda **kw: ChironPolicy(ChironConfig(**kw)),
 }
 
 

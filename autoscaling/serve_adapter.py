@@ -17,7 +17,7 @@ import ray
 from autoscaling.registry import make_policy
 from core.plan import ClusterPlan
 from deployments.plan_store import plan_store, plan_to_dict
-from core.stats import ReplicaStats
+from core.stats import RATE_PREFIX, ReplicaStats
 from core.view import ClusterView, DeploymentView
 
 logger = logging.getLogger("ray.serve")
@@ -32,6 +32,12 @@ def view_from_contexts(ctxs: dict[Any, Any]) -> ClusterView:
             for replica_id, value in values.items():
                 by_replica.setdefault(replica_id, {})[metric] = value
         stats = tuple(ReplicaStats.from_metrics(m) for m in by_replica.values())
+        known = set(ReplicaStats.__dataclass_fields__)
+        extra: dict[str, float] = {}
+        for metrics_of_replica in by_replica.values():
+            for key, value in metrics_of_replica.items():
+                if key not in known and not key.startswith(RATE_PREFIX):
+                    extra[key] = extra.get(key, 0.0) + value
         reported = sum(s.load for s in stats)
         deployments[dep_id.name] = DeploymentView(
             name=dep_id.name,
@@ -42,6 +48,7 @@ def view_from_contexts(ctxs: dict[Any, Any]) -> ClusterView:
             replica_stats=stats,
             # Requests Serve counts that our replicas have not reported yet (router queues).
             queued_outside=max(float(ctx.total_num_requests) - reported, 0.0),
+            extra_metrics=extra,
         )
     return ClusterView(deployments)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from core.sampling import Sampling
 from core.slo import SLO
 
 
@@ -24,6 +25,9 @@ class Request:
     target_output_tokens: int | None = None
     tenant: str = "default"
     metadata: dict[str, str] = field(default_factory=dict)
+    # What a real engine needs to generate (the sim engine only counts tokens).
+    prompt_text: str = ""
+    sampling: Sampling = Sampling()
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1:

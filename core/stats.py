@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-_RATE_PREFIX = "rate_per_s."
+RATE_PREFIX = "rate_per_s."
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,8 @@ class ReplicaStats:
     tensor_parallel: int = 1
     preemptions: int = 0
     completed_requests: int = 0
+    tokens_generated: int = 0
+    interactive_running: int = 0  # Chiron's IBP counts replicas running interactive work
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
 
@@ -42,7 +44,7 @@ class ReplicaStats:
     def to_metrics(self) -> dict[str, float]:
         """Flat float dict, the shape Serve's record_autoscaling_stats expects."""
         flat = {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "class_rates_per_s"}
-        flat.update({_RATE_PREFIX + cls: rate for cls, rate in self.class_rates_per_s.items()})
+        flat.update({RATE_PREFIX + cls: rate for cls, rate in self.class_rates_per_s.items()})
         return flat
 
     @classmethod
@@ -53,6 +55,6 @@ class ReplicaStats:
             if f.name in metrics:
                 kwargs[f.name] = int(metrics[f.name]) if f.type == "int" else float(metrics[f.name])
         kwargs["class_rates_per_s"] = {
-            k[len(_RATE_PREFIX):]: float(v) for k, v in metrics.items() if k.startswith(_RATE_PREFIX)
+            k[len(RATE_PREFIX):]: float(v) for k, v in metrics.items() if k.startswith(RATE_PREFIX)
         }
         return cls(**kwargs)

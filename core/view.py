@@ -19,6 +19,8 @@ class DeploymentView:
     replica_stats: tuple[ReplicaStats, ...] = ()
     # Requests held outside replicas (router / handle queues), as Serve reports them.
     queued_outside: float = 0.0
+    # Metrics a deployment reports beyond ReplicaStats (e.g. the batch queue's groups).
+    extra_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def total_load(self) -> float:

@@ -41,7 +41,8 @@ class GpuControlActor:
         self.governor.restore_all(time.monotonic())
 
     def __del__(self) -> None:
-        self.restore_all()
+        if "governor" in self.__dict__:  # Ray's actor-class proxy shares this method; skip it
+            self.restore_all()
 
 
 def gpu_actor_for_this_node(hardware: str = "h100-80gb"):

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from fastapi import FastAPI, Request as HTTPRequest
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from ray import serve
 from ray.exceptions import RayError
@@ -31,11 +31,12 @@ from app.openai_api import (
     usage_dict,
 )
 from app.predictor_config import make_predictor
+from app.prompt_tokenizer import prompt_tokenizer
+from app.sampling import sampling_of
 from app.route import WeightedRouter
 from deployments.metrics import IngressMetrics
 from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
-from engines.sim_engine import count_words
 
 fastapi_app = FastAPI(title="wattwise", description="SLO-aware, energy-efficient LLM serving (OpenAI API).")
 
@@ -44,8 +45,12 @@ ROUTE_CHAT = "/v1/chat/completions"
 SERVICE_CLASS_HEADER = "x-service-class"
 
 
+POOL_FULL = "pool_full"
+
+
 def _overloaded() -> APIError:
-    return APIError(503, "All replicas of this pool are busy; retry later.", "overloaded", retry_after_s=1)
+    return APIError(503, "All replicas of this pool are busy; retry later.", "overloaded", code=POOL_FULL,
+                    retry_after_s=1)
 
 
 def _replica_failed(exc: Exception) -> APIError:
@@ -83,9 +88,13 @@ def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
 @serve.deployment
 @serve.ingress(fastapi_app)
 class Ingress:
-    def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle]) -> None:
+    def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
+                 batch_queue: DeploymentHandle | None = None) -> None:
         self.config = AppConfig.model_validate(config)
+        self.prompts = prompt_tokenizer(self.config)
         self.pools = pools
+        self.batch_queue = batch_queue
+        self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
         self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
         self.keys = {k.sha256: k for k in self.config.api_keys}
@@ -142,25 +151,146 @@ class Ingress:
                 pool = self.router.pick(request.length_class, pool, allowed=set(self.pools))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
-            handle = self.pools[pool]
-            rid = f"cmpl-{request.request_id}"
-            if body.stream:
-                include_usage = bool(body.stream_options and body.stream_options.include_usage)
-                gen = handle.options(stream=True).generate.remote(request)
-                first = await self._first_chunk(gen)
-                self.metrics.record(route, 200)
-                return StreamingResponse(
-                    self._sse(gen, first, rid, body.model, render, request, pool, include_usage),
-                    media_type="text/event-stream",
-                )
-            result = await self._call(handle.complete.remote(request))
-            self._learn(request, result)
-            self.metrics.record(route, 200)
-            response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
-            response["wattwise"] = _service_report(request, pool, result)
-            return response
+            candidates = await self._candidates(request.service_class, pool)
+            for i, pool in enumerate(candidates):
+                try:
+                    response = await self._respond(body, request, pool, render, route)
+                except APIError as err:
+                    if err.code == POOL_FULL and i + 1 < len(candidates):
+                        continue  # Chiron: overflow from a kind's own pool to the mixed pool
+                    raise
+                return response
         except APIError as err:
             self.metrics.record(route, err.status)
+            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str) -> Any:
+        handle = self.pools[pool]
+        rid = f"cmpl-{request.request_id}"
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            gen = handle.options(stream=True).generate.remote(request)
+            first = await self._first_chunk(gen)
+            self.metrics.record(route, 200)
+            return StreamingResponse(
+                self._sse(gen, first, rid, body.model, render, request, pool, include_usage),
+                media_type="text/event-stream",
+            )
+        result = await self._call(handle.complete.remote(request))
+        self._learn(request, result)
+        self.metrics.record(route, 200)
+        response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
+        response["wattwise"] = _service_report(request, pool, result)
+        return response
+
+    async def _candidates(self, service_class: str, pool: str) -> list[str]:
+        """Pools to try in order. With Chiron's replica kinds: interactive requests go to
+        the interactive pool, then mixed; batch ones to batch replicas if any run, then mixed."""
+        mixed = self.config.pool_of_kind("mixed")
+        if mixed is None:
+            return [pool]
+        if service_class == "batch":
+            batch = self.config.pool_of_kind("batch")
+            running = await self._running_replicas()
+            return [batch, mixed] if batch and running.get(batch, 0) > 0 else [mixed]
+        return [self.config.pool_of_kind("interactive"), mixed]
+
+    async def _running_replicas(self, max_age_s: float = 2.0) -> dict[str, int]:
+        at, counts = self._replica_counts
+        if time.monotonic() - at > max_age_s:
+            status = await asyncio.to_thread(self.pools_status)
+            counts = {name: info["replicas"].get("RUNNING", 0) for name, info in status.items()}
+            self._replica_counts = (time.monotonic(), counts)
+        return counts
+
+    async def run_batch_request(self, body: dict[str, Any], deadline_s: float) -> tuple[bool, dict[str, Any]]:
+        """One line of a Batch API file, served as a batch-class completion (called by the
+        BatchQueue deployment). Returns (ok, response body or error object)."""
+        chat = "messages" in body
+        schema, prompt_of, render = (
+            (ChatCompletionRequest, lambda b: b.prompt_text(), chat_body) if chat
+            else (CompletionRequest, lambda b: b.prompt, completion_body))
+        route = ROUTE_CHAT if chat else ROUTE_COMPLETIONS
+        try:
+            try:
+                parsed = schema.model_validate({**body, "stream": False})
+            except ValidationError as exc:
+                raise APIError(400, f"Invalid request: {exc.errors()[0]['msg']}") from None
+            if parsed.model != self.config.model_name:
+                raise APIError(404, f"The model '{parsed.model}' does not exist.", code="model_not_found")
+            request, pool = self._classify(parsed, prompt_of(parsed), "batch-api", "batch", time.time())
+            candidates = await self._candidates("batch", pool)
+            for i, pool in enumerate(candidates):
+                try:
+                    return True, await self._respond(parsed, request, pool, render, route)
+                except APIError as err:
+                    if err.code != POOL_FULL or i + 1 == len(candidates):
+                        raise
+            raise AssertionError("unreachable: the last candidate returns or raises")
+        except APIError as err:
+            return False, err.body()["error"]
+
+    # ---- the Batch API (files and batches, backed by the BatchQueue deployment) ---------
+    def _batch_api(self, http: HTTPRequest) -> DeploymentHandle:
+        self._authenticate(http)
+        if self.batch_queue is None:
+            raise APIError(404, "The Batch API is disabled in this deployment.", code="batch_api_disabled")
+        return self.batch_queue
+
+    @fastapi_app.post("/v1/files")
+    async def upload_file(self, http: HTTPRequest) -> Any:
+        try:
+            queue = self._batch_api(http)
+            form = await http.form()
+            upload, purpose = form.get("file"), form.get("purpose")
+            if upload is None or not hasattr(upload, "read") or purpose != "batch":
+                raise APIError(400, "Send multipart form fields 'file' and purpose='batch'.", param="file")
+            content = await upload.read()
+            if len(content) > self.config.max_request_bytes * 100:
+                raise APIError(413, "The file is too large.", code="file_too_large")
+            return await queue.add_file.remote(content, upload.filename or "input.jsonl", purpose)
+        except APIError as err:
+            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    @fastapi_app.get("/v1/files/{file_id}")
+    async def get_file(self, file_id: str, http: HTTPRequest) -> Any:
+        return await self._batch_lookup(http, lambda q: q.file.remote(file_id), f"No file {file_id!r}.")
+
+    @fastapi_app.get("/v1/files/{file_id}/content")
+    async def get_file_content(self, file_id: str, http: HTTPRequest) -> Any:
+        content = await self._batch_lookup(http, lambda q: q.file_content.remote(file_id), f"No file {file_id!r}.")
+        return content if isinstance(content, JSONResponse) else Response(content, media_type="application/jsonl")
+
+    @fastapi_app.post("/v1/batches")
+    async def create_batch(self, http: HTTPRequest) -> Any:
+        try:
+            queue = self._batch_api(http)
+            data = json.loads(await http.body() or b"{}")
+            missing = [k for k in ("input_file_id", "endpoint", "completion_window") if k not in data]
+            if missing:
+                raise APIError(400, f"Missing fields: {missing}.", param=missing[0])
+            if data["endpoint"] not in (ROUTE_COMPLETIONS, ROUTE_CHAT):
+                raise APIError(400, f"endpoint must be {ROUTE_COMPLETIONS} or {ROUTE_CHAT}.", param="endpoint")
+            batch = await queue.create_batch.remote(data["input_file_id"], data["endpoint"], data["completion_window"])
+            if "error" in batch:
+                raise APIError(400, batch["error"], param="input_file_id")
+            return batch
+        except json.JSONDecodeError as exc:
+            return JSONResponse(APIError(400, f"Request body is not valid JSON: {exc}").body(), status_code=400)
+        except APIError as err:
+            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    @fastapi_app.get("/v1/batches/{batch_id}")
+    async def get_batch(self, batch_id: str, http: HTTPRequest) -> Any:
+        return await self._batch_lookup(http, lambda q: q.batch.remote(batch_id), f"No batch {batch_id!r}.")
+
+    async def _batch_lookup(self, http: HTTPRequest, call: Callable, missing: str) -> Any:
+        try:
+            result = await call(self._batch_api(http))
+            if result is None:
+                raise APIError(404, missing, code="not_found")
+            return result
+        except APIError as err:
             return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
     def _authenticate(self, http: HTTPRequest) -> tuple[str, str]:
@@ -201,7 +331,9 @@ class Ingress:
         return body
 
     def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float):
-        prompt_tokens = count_words(prompt)
+        sampling = sampling_of(body)
+        prompt = self.prompts.render(body, prompt)
+        prompt_tokens = self.prompts.count(prompt)
         context = self.config.max_context_tokens
         requested = getattr(body, "requested_max_tokens", body.max_tokens)
         if prompt_tokens >= context:
@@ -220,11 +352,13 @@ class Ingress:
         request_id = uuid.uuid4().hex
         predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt, request_id)
         try:
-            return self.classifier.classify(
+            request, pool = self.classifier.classify(
                 request_id, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant
             )
         except UnknownServiceClass as exc:
             raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
+        request.prompt_text, request.sampling = prompt, sampling
+        return request, pool
 
     async def _call(self, response: Any) -> dict[str, Any]:
         try:

@@ -21,37 +21,68 @@ from deployments.metrics import ReplicaMetrics
 from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
 from engines.protocol import GenerationChunk, RequestSquashed
-from engines.sim_engine import SimEngine, SimEngineConfig
+from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
+from engines.factory import make_engine
 
 
 @serve.deployment
 class LLMReplica:
-    def __init__(self, pool: str, engine_config: dict[str, Any], stream_flush_s: float = 0.05) -> None:
+    def __init__(self, pool: str, engine_config: dict[str, Any], stream_flush_s: float = 0.05,
+                 local_autoscaler: dict[str, Any] | None = None) -> None:
         self.pool = pool
-        self.engine = SimEngine(SimEngineConfig(**engine_config))
+        self.engine = make_engine(engine_config)
         self.stream_flush_s = stream_flush_s
         self.metrics = ReplicaMetrics(pool)
         context = serve.get_replica_context()
         self.app_name, self.deployment = context.app_name, context.deployment
         self.gpu_ids = [int(i) for i in ray.get_gpu_ids()]
         self._follower: asyncio.Task | None = None
+        self.local = LocalBatchAutoscaler(LocalAutoscalerConfig(**local_autoscaler)) if local_autoscaler else None
+        if self.local is not None:
+            self.engine.set_batch_limit(self.local.limit)
+        self._local_task: asyncio.Task | None = None
+        self._clock_task: asyncio.Task | None = None
 
     def _ensure_following_plan(self) -> None:
         if self._follower is None or self._follower.done():
             self._follower = asyncio.get_running_loop().create_task(follow_plan(self.app_name, self.apply_plan))
+        if self.local is not None and (self._local_task is None or self._local_task.done()):
+            self._local_task = asyncio.get_running_loop().create_task(self._local_autoscale())
+        if self.gpu_ids and (self._clock_task is None or self._clock_task.done()):
+            self._clock_task = asyncio.get_running_loop().create_task(self._forward_clock())
+
+    async def _forward_clock(self, period_s: float = 1.0) -> None:
+        """Engine-side clock choices (throttLL'eM's per-step throttling) reach the real
+        GPUs through the node's privileged actor, off the request path and rate-limited there."""
+        actor = gpu_actor_for_this_node(self.engine.config.hardware)
+        forwarded = None
+        while True:
+            clock = self.engine.stats().clock_mhz
+            if clock and clock != forwarded:
+                actor.set_clock.remote(self.gpu_ids, clock)
+                forwarded = clock
+            await asyncio.sleep(period_s)
+
+    async def _local_autoscale(self, period_s: float = 1.0) -> None:
+        """Chiron's Algorithm 1 on this replica's own counters, every `period_s`."""
+        while True:
+            await asyncio.sleep(period_s)
+            slo = self.engine.min_tbt_slo_s()
+            if slo is None:
+                continue
+            s = self.engine.stats()
+            self.engine.set_batch_limit(
+                self.local.update(s.itl_ewma_s, slo, s.tokens_per_s, s.running_requests, s.tokens_generated))
 
     def apply_plan(self, plan: ClusterPlan) -> None:
         """Take this pool's TP, clock and batch limit from the controller's plan."""
         name = self.deployment
         if name in plan.tensor_parallel and plan.tensor_parallel[name] != self.engine.stats().tensor_parallel:
             self.engine.set_tensor_parallel(plan.tensor_parallel[name])
-        if name in plan.batch_limit:
+        if name in plan.batch_limit and self.local is None:  # the local autoscaler owns it otherwise
             self.engine.set_batch_limit(plan.batch_limit[name])
         if name in plan.clock_mhz:
-            self.engine.set_clock(plan.clock_mhz[name])
-            if self.gpu_ids:  # real GPUs: the node's privileged actor locks their clocks
-                gpu_actor_for_this_node(self.engine.config.hardware).set_clock.remote(
-                    self.gpu_ids, plan.clock_mhz[name])
+            self.engine.set_clock(plan.clock_mhz[name])  # real GPUs follow via _forward_clock
 
     async def check_health(self) -> None:
         """Serve calls this every few seconds: it also keeps the plan follower alive."""

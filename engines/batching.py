@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
 from energy.perf_model import PerfModel
@@ -146,7 +147,8 @@ class ContinuousBatcher:
         self.tokens_per_s = 0.0
         self.preemptions = 0
         self.completed = 0
-        self._arrivals: deque[tuple[float, str]] = deque()
+        self.tokens_generated = 0
+        self._arrivals = ArrivalRates(config.rate_window_s)
 
     # ---- requests in and out -------------------------------------------------
     def add(self, request: Request, now_s: float) -> Sequence:
@@ -158,7 +160,7 @@ class ContinuousBatcher:
                 f"request {request.request_id!r} needs {blocks_needed} KV blocks; the replica has {self.kv_blocks_total}"
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
-        self._arrivals.append((now_s, request.length_class))
+        self._arrivals.add(now_s, request.length_class)
         self._enqueue(seq)
         self.by_id[request.request_id] = seq
         return seq
@@ -397,19 +399,18 @@ class ContinuousBatcher:
                 self.itl_ewma_s = gap if self.itl_ewma_s == 0 else self.itl_ewma_s + alpha * (gap - self.itl_ewma_s)
             seq.last_token_s = now_s
             seq.generated += 1
+            self.tokens_generated += 1
             if seq.generated >= seq.output_target:
                 finished.append(seq)
 
     # ---- reporting -----------------------------------------------------------
+    def min_tbt_slo_s(self) -> float | None:
+        """The tightest TBT target among running requests (Chiron's ITL SLO of a replica)."""
+        return min((s.request.slo.tbt_s for s in self.running), default=None)
+
     def class_rates_per_s(self, now_s: float) -> dict[str, float]:
         """Arrivals per length class over the trailing window."""
-        window = self.config.rate_window_s
-        while self._arrivals and self._arrivals[0][0] < now_s - window:
-            self._arrivals.popleft()
-        counts: dict[str, float] = {}
-        for _, cls in self._arrivals:
-            counts[cls] = counts.get(cls, 0.0) + 1.0
-        return {cls: n / window for cls, n in counts.items()}
+        return self._arrivals.per_s(now_s)
 
     def stats(self, now_s: float) -> ReplicaStats:
         self._account_idle(now_s)
@@ -432,5 +433,7 @@ class ContinuousBatcher:
             tensor_parallel=self.tensor_parallel,
             preemptions=self.preemptions,
             completed_requests=self.completed,
+            tokens_generated=self.tokens_generated,
+            interactive_running=sum(1 for s in self.running if s.request.service_class == "interactive"),
             class_rates_per_s=self.class_rates_per_s(now_s),
         )

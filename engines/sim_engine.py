@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.replica_policies import replica_policies
 from core.request import Request
 from core.stats import ReplicaStats
 from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
@@ -39,9 +41,13 @@ class SimEngineConfig(BaseModel):
     clock_mhz: float = Field(default=1980, gt=0)
     batch_limit: int = Field(default=256, gt=0)
     max_batched_tokens: int = Field(default=8192, gt=0)
+    # Chiron's mixed replicas: interactive requests go first and preempt batch ones.
+    interactive_first: bool = False
     # Requests that never started within this long (and their TTFT target) are dropped
     # with RequestSquashed so the client retries elsewhere; None keeps them waiting.
     squash_after_s: float | None = Field(default=60.0, gt=0)
+    # throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz.
+    throttllem: ThrottllemConfig | None = None
 
 
 def count_words(text: str) -> int:
@@ -66,8 +72,12 @@ class SimEngine:
             BatcherConfig(
                 tensor_parallel=config.tensor_parallel, clock_mhz=config.clock_mhz,
                 batch_limit=config.batch_limit, max_batched_tokens=config.max_batched_tokens,
+                interactive_first=config.interactive_first,
             ),
         )
+        if config.throttllem is not None:
+            self.batcher.admission, self.batcher.clock_policy = replica_policies(
+                perf, self.batcher.config, config.throttllem)
         self.max_context_tokens = perf.model.max_context_tokens
         self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup = asyncio.Event()
@@ -82,6 +92,9 @@ class SimEngine:
     def set_batch_limit(self, limit: int) -> None:
         self.batcher.set_batch_limit(limit)
         self._wakeup.set()
+
+    def min_tbt_slo_s(self) -> float | None:
+        return self.batcher.min_tbt_slo_s()
 
     def set_clock(self, clock_mhz: float) -> None:
         self.batcher.set_clock(clock_mhz)

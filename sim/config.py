@@ -59,3 +59,7 @@ class SimConfig(BaseModel):
     # target) are squashed, as the Serve app answers them with 503 (DynamoLLM §IV-D).
     squash_after_s: float | None = Field(default=None, gt=0)
     grid_gco2_per_kwh: float = Field(default=400.0, ge=0)
+    # Output-length predictions the requests carry: the true length plus Gaussian noise
+    # whose p95 relative error is this (throttLL'eM §V-D: 0.15, 0.30); 0 is an oracle.
+    length_error_p95: float = Field(default=0.0, ge=0)
+    length_error_seed: int = 0

@@ -14,7 +14,12 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import numpy as np
+
 from app.classify import Classifier
+from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
+from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
+from autoscaling.chiron.queue_summary import summarise_queue
 from app.route import WeightedRouter
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
@@ -22,13 +27,25 @@ from core.policy import ControlPolicy
 from core.request import Request
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig
+from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy
+from energy.perf_model import PerfModel
 from sim.config import SimConfig
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
 from sim.workload import Workload
 
 STEP_END, READY, WAKE, CONTROL, SAMPLE = range(5)
+
+# Builds a new replica's admission and clock policies (e.g. throttLL'eM's) for its batcher.
+BatcherPolicies = Callable[[PerfModel, BatcherConfig], tuple[AdmissionPolicy | None, ClockPolicy | None]]
+
+
+def predicted_lengths(output_tokens: np.ndarray, p95_error: float, seed: int) -> np.ndarray:
+    """True lengths with Gaussian relative noise of the given p95 error (sigma = p95 / 1.96)."""
+    if p95_error <= 0:
+        return output_tokens
+    noise = np.random.default_rng(seed).normal(0.0, p95_error / 1.96, len(output_tokens))
+    return np.maximum(np.rint(output_tokens * (1.0 + noise)), 1).astype(np.int64)
 
 
 @dataclass(frozen=True)
@@ -43,6 +60,12 @@ class PoolSetup:
     # Like the Serve app's pools (PoolAutoscaling.min_replicas): a pool keeps one warm replica.
     min_replicas: int = 1
     max_replicas: int = 1024
+    batcher_policies: BatcherPolicies | None = None
+    # Chiron: "interactive", "mixed" or "batch" pools route by service class instead of
+    # length class; batch requests wait in one global queue for spare capacity.
+    kind: str | None = None
+    # Chiron's local autoscaler sets each replica's batch limit (Algorithm 1).
+    local_autoscaler: LocalAutoscalerConfig | None = None
 
 
 class Pool:
@@ -95,8 +118,12 @@ class Simulator:
         pool_of_class = {cls: p.name for p in pools for cls in p.classes}
         self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)
         self.router = WeightedRouter()
+        self.kinds = {p.kind: self.pools[p.name] for p in pools if p.kind}
+        self.batch_queue: deque[Request] = deque()
+        self.output_lengths = OutputLengthStats()
         self.on_progress = on_progress
         self.log = RequestLog(len(workload))
+        self.predicted = predicted_lengths(workload.output_tokens, config.length_error_p95, config.length_error_seed)
         self.series = Series(config.sample_interval_s)
         for name in self.pools:
             for table in (self.series.ready, self.series.starting, self.series.tp, self.series.clock_mhz,
@@ -166,7 +193,7 @@ class Simulator:
         out = int(w.output_tokens[i])
         request, pool_name = self.classifier.classify(
             request_id=str(i), prompt_tokens=int(w.prompt_tokens[i]), max_tokens=out,
-            predicted_output_tokens=out, service_class="interactive" if w.interactive[i] else "batch",
+            predicted_output_tokens=int(self.predicted[i]), service_class="interactive" if w.interactive[i] else "batch",
             arrival_s=now, target_output_tokens=out,
         )
         log = self.log
@@ -175,9 +202,36 @@ class Simulator:
         log.slo_tbt_s[i] = request.slo.tbt_s
         log.length_class[i] = CLASS_INDEX[request.length_class]
         log.interactive[i] = w.interactive[i]
+        if self.kinds:
+            self._arrive_by_kind(i, request, now)
+            return
         pool = self.pools[self.router.pick(request.length_class, pool_name)]
         log.pool[i] = pool.index
         self._dispatch(pool, request, now)
+
+    def _arrive_by_kind(self, i: int, request: Request, now: float) -> None:
+        """Chiron: interactive to its own pool while it has room, else to mixed; batch to
+        the global queue, which drains into batch (then mixed) replicas with room."""
+        if request.service_class == "batch":
+            self.log.pool[i] = self.kinds["batch"].index
+            self.batch_queue.append(request)
+            self._drain_batch_queue(now)
+            return
+        pool = self.kinds["interactive"]
+        if not self._has_room(pool) and "mixed" in self.kinds:
+            pool = self.kinds["mixed"]
+        self.log.pool[i] = pool.index
+        self._dispatch(pool, request, now)
+
+    @staticmethod
+    def _has_room(pool: Pool) -> bool:
+        return any(r.state is State.READY and r.load < r.batcher.batch_limit for r in pool.replicas)
+
+    def _drain_batch_queue(self, now: float) -> None:
+        for kind in ("batch", "mixed"):
+            pool = self.kinds.get(kind)
+            while pool is not None and self.batch_queue and self._has_room(pool):
+                self._dispatch(pool, self.batch_queue.popleft(), now)
 
     def _dispatch(self, pool: Pool, request: Request, now: float) -> None:
         """Join the shortest queue among the pool's ready replicas; else wait outside."""
@@ -221,7 +275,11 @@ class Simulator:
         log = self.log
         for seq in out.finished:
             log.finish(int(seq.request.request_id), seq)
+            if seq.request.service_class == "batch":
+                self.output_lengths.observe(seq.generated)
         self.unfinished -= len(out.finished)
+        if self.batch_queue and out.finished:
+            self._drain_batch_queue(now)
         self._kick(r, now)
 
     # ---- replicas --------------------------------------------------------------
@@ -244,12 +302,20 @@ class Simulator:
         pool = self.pools[r.pool]
         cfg = self.config
         r.clock_mhz = pool.clock_mhz
-        r.become_ready(BatcherConfig(
-            tensor_parallel=r.tp, clock_mhz=pool.clock_mhz, batch_limit=pool.batch_limit or cfg.batch_limit,
-            max_batched_tokens=cfg.max_batched_tokens,
+        local = pool.setup.local_autoscaler
+        if local is not None:
+            r.local_autoscaler = LocalBatchAutoscaler(local)
+        batcher = r.become_ready(BatcherConfig(
+            tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
+            batch_limit=r.local_autoscaler.limit if local else pool.batch_limit or cfg.batch_limit,
+            max_batched_tokens=cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed",
         ))
+        if pool.setup.batcher_policies is not None:
+            batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
         while pool.outside:
             self._dispatch(pool, pool.outside.popleft(), now)
+        if self.batch_queue:
+            self._drain_batch_queue(now)
 
     def _drain(self, r: SimReplica, now: float) -> None:
         if r.state is State.STARTING:
@@ -277,9 +343,28 @@ class Simulator:
                 replica_stats=tuple(r.batcher.stats(now) for r in ready),
                 queued_outside=float(len(pool.outside)),
             )
+        if self.kinds:
+            queue = [QueuedBatchRequest(q.arrival_s, q.arrival_s + q.slo.ttft_s) for q in self.batch_queue]
+            deployments["batch-queue"] = DeploymentView(
+                "batch-queue", 1, 1, 1, 1, extra_metrics=summarise_queue(queue, self.output_lengths))
         return ClusterView(deployments)
 
+    def _local_autoscale(self, now: float) -> None:
+        """Chiron's Algorithm 1 in every replica that runs it, on its own counters."""
+        for pool in self.pools.values():
+            for r in pool.replicas:
+                if r.local_autoscaler is None or r.batcher is None:
+                    continue
+                s = r.batcher.stats(now)
+                slo = r.batcher.min_tbt_slo_s()
+                if slo is not None:
+                    r.batcher.set_batch_limit(r.local_autoscaler.update(
+                        s.itl_ewma_s, slo, s.tokens_per_s, s.running_requests, s.tokens_generated))
+
     def _control(self, now: float) -> None:
+        self._local_autoscale(now)
+        if self.batch_queue:
+            self._drain_batch_queue(now)
         plan = self.policy.observe(self.view(now), now)
         self._apply(plan, now)
         if self.config.squash_after_s is not None:

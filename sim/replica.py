@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from enum import Enum
 
+from autoscaling.chiron.local import LocalBatchAutoscaler
 from engines.batching import BatcherConfig, ContinuousBatcher, Step
 from energy.perf_model import PerfModel
 
@@ -36,6 +37,7 @@ class SimReplica:
         self.batcher: ContinuousBatcher | None = None
         self.step: Step | None = None
         self.stall_until_s = 0.0
+        self.local_autoscaler: LocalBatchAutoscaler | None = None
         self.wake_pending = False
 
     def become_ready(self, config: BatcherConfig) -> ContinuousBatcher:

@@ -22,4 +22,6 @@ def simulate(
     raw = Simulator(w, controller, pools, config, on_progress=on_progress).run()
     wall_s = time.perf_counter() - started
     summary = {"policy": policy, **summarise(raw, config), "wall_s": wall_s}
+    if hasattr(controller, "hysteresis"):  # Chiron counts its scaling actions
+        summary["hysteresis"] = controller.hysteresis
     return summary, raw

@@ -10,13 +10,17 @@ arguments, so the seed policies of later issues plug in by name.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
 from app.config import default_pools
 from energy.capacity import CapacityModel, Load
 from autoscaling.registry import make_policy
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.replica_policies import replica_policies
+from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig
 from core.policy import ControlPolicy
 from energy.calibration import default_perf_model
@@ -43,6 +47,8 @@ SPECS: dict[str, PolicySpec] = {
     "static-max-clock": PolicySpec("by_input", app_tp=True, pool_plan_args=True),
     "llumnix": PolicySpec("single", app_tp=False, pool_plan_args=False),
     "dynamollm": PolicySpec("by_class", app_tp=False, pool_plan_args=False),
+    "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False),
+    "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
 }
 DEFAULT_SPEC = PolicySpec("by_input", app_tp=True, pool_plan_args=False)
 
@@ -92,10 +98,28 @@ def provision(
     return setups
 
 
+def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> list[PoolSetup]:
+    """Chiron's replica kinds, each running the local autoscaler: interactive replicas
+    sized for the interactive peak, twice as many mixed ones (theta = 1/3), no batch
+    replica until the global autoscaler asks for one."""
+    everything = tuple(LengthClassConfig.names())
+    clock = default_perf_model(config.model, config.hardware).gpu.max_clock_mhz
+    peak = provision(w.take(w.interactive), {"pool-interactive": (everything, MAX_TP)}, config, lengths)[0]
+    local = LocalAutoscalerConfig()
+    return [
+        PoolSetup("pool-interactive", everything, MAX_TP, clock, peak.replicas, kind="interactive",
+                  local_autoscaler=local),
+        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind="mixed", local_autoscaler=local),
+        PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind="batch", local_autoscaler=local),
+    ]
+
+
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
 ) -> tuple[list[PoolSetup], ControlPolicy]:
     spec = SPECS.get(name, DEFAULT_SPEC)
+    if spec.layout == "by_kind":
+        return chiron_pools(w, config, lengths), make_policy(name)
     pools = layout(spec.layout)
     if not spec.app_tp:
         pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
@@ -103,6 +127,11 @@ def build(
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)
+    if name == "throttllem":  # replicas also run its admission control and clock throttling
+        policies = partial(replica_policies, config=ThrottllemConfig(
+            model=config.model, hardware=config.hardware, length_error=config.length_error_p95))
+        setups = [replace(s, batcher_policies=policies) for s in setups]
+        return setups, make_policy(name, model=config.model, hardware=config.hardware)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs: dict = dict(

@@ -139,3 +139,17 @@ def fit_context(w: Workload, max_context_tokens: int) -> Workload:
     output = np.minimum(w.output_tokens, max_context_tokens - 1)
     prompt = np.clip(w.prompt_tokens, 1, max_context_tokens - output)
     return Workload(w.arrival_s, prompt, output, w.interactive)
+
+
+def batch_dump(w: Workload, n: int, at_s: float, rng: np.random.Generator) -> Workload:
+    """`w` plus `n` batch requests all queued at `at_s` (Chiron's W_B), lengths drawn from `w`."""
+    idx = rng.integers(0, len(w), n)
+    arrival = np.concatenate([w.arrival_s, np.full(n, at_s)])
+    order = np.argsort(arrival, kind="stable")
+    return Workload(
+        arrival[order],
+        np.concatenate([w.prompt_tokens, w.prompt_tokens[idx]])[order],
+        np.concatenate([w.output_tokens, w.output_tokens[idx]])[order],
+        np.concatenate([w.interactive, np.zeros(n, dtype=bool)])[order],
+    )
+

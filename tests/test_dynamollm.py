@@ -189,3 +189,18 @@ def test_split_pools_only_when_the_looser_slo_saves_energy() -> None:
     # Both ways are priced with the same pool manager, and the choice follows the cheaper.
     diverse = should_split(profile, "MM", {"a": 0.3 * top, "b": 0.3 * top}, {"a": strict, "b": loose}, gpus=16)
     assert diverse.separate == (diverse.separate_power_w < diverse.shared_power_w)
+
+
+def test_reconfiguration_is_staggered_most_savings_first() -> None:
+    from autoscaling.dynamollm.policy import PoolState
+
+    pools = {"pool-a": ["MM"], "pool-b": ["MS"], "pool-c": ["LL"]}
+    policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, max_reshards_per_epoch=1))
+    proposals = {"pool-a": 100.0, "pool-b": 300.0, "pool-c": None}  # c cannot carry its load
+    states = {n: PoolState(c, gpus=8, tp=8, instances=1) for n, c in pools.items()}
+    policy.pools = states
+    policy._propose = lambda name, pool: (pool, 2, 4, proposals[name])
+    policy._pool_epochs()
+    assert states["pool-c"].tp == 2  # urgent: applied at once
+    assert states["pool-b"].tp == 2  # the larger saving goes first
+    assert states["pool-a"].tp == 8  # waits for the next epoch

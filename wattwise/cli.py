@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from wattwise.paths import SERVE_CONFIG
+
+if TYPE_CHECKING:
+    from energy.perf_model import PerfModel
 
 USAGE = """usage: wattwise COMMAND [ARGS]
 
@@ -15,7 +20,7 @@ commands:
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit the performance model and print its held-out error
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
-  bench      run a benchmark: ingress | sim-speed | dynamollm-table | dynamollm
+  bench      run a benchmark: ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
 """
 
 
@@ -57,8 +62,12 @@ def _profile(argv: list[str]) -> int:
                    help="engine: measured sweeps of the sim engine; model: the analytic steady state")
     p.add_argument("--classes", default=",".join(CONV_CLASS_SHAPES), help="comma-separated length classes")
     p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds per measured point")
+    p.add_argument("--kind", choices=("energy", "ips"), default="energy",
+                   help="energy: DynamoLLM's profile (JSON); ips: throttLL'eM's iterations/s samples (CSV)")
     args = p.parse_args(argv)
     perf = default_perf_model(args.model, args.hardware)
+    if args.kind == "ips":
+        return _profile_ips(perf, args.out)
     shapes = {c: CONV_CLASS_SHAPES[c] for c in args.classes.split(",")}
     model_profile = build_profile(perf, shapes=shapes)
     if args.source == "model":
@@ -76,19 +85,39 @@ def _profile(argv: list[str]) -> int:
     return 0
 
 
+def _profile_ips(perf: PerfModel, out: str) -> int:
+    """Sweep batch, KV fill and random clocks on the sim engine; fit M and score it (Table III)."""
+    import numpy as np
+
+    from energy.ips_profiling import profile_ips
+    from energy.ml_perf_model import split_scores
+
+    samples = profile_ips(perf)
+    np.savetxt(out, np.column_stack([samples.features(), samples.ips]), delimiter=",",
+               header="tp,batch,kv_blocks,clock_mhz,ips", comments="")
+    print(f"wrote {len(samples)} samples to {out}")
+    for share in (0.9, 0.1):
+        for name, sc in split_scores(samples, share).items():
+            print(f"train {share:.0%}: {name:>6} R2 {sc.r2:.3f}  MAPE {sc.mape_pct:.1f}%  MAE {sc.mae_ips:.2f} it/s")
+    return 0
+
+
+BENCHES = {
+    "ingress": "bench.ingress_overhead:main",
+    "sim-speed": "bench.sim_speed:main",
+    "dynamollm-table": "bench.dynamollm_table:run",
+    "dynamollm": "bench.dynamollm:main",
+    "chiron": "bench.chiron:main",
+    "throttllem": "bench.throttllem:main",
+}
+
+
 def _bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("ingress", "sim-speed", "dynamollm-table", "dynamollm"):
-        print("usage: wattwise bench ingress|sim-speed|dynamollm-table|dynamollm [ARGS]", file=sys.stderr)
+    if not argv or argv[0] not in BENCHES:
+        print(f"usage: wattwise bench {'|'.join(BENCHES)} [ARGS]", file=sys.stderr)
         return 2
-    if argv[0] == "ingress":
-        from bench.ingress_overhead import main as run
-    elif argv[0] == "sim-speed":
-        from bench.sim_speed import main as run
-    elif argv[0] == "dynamollm":
-        from bench.dynamollm import main as run
-    else:
-        from bench.dynamollm_table import run
-    return run(argv[1:])
+    module, _, function = BENCHES[argv[0]].partition(":")
+    return getattr(importlib.import_module(module), function)(argv[1:])
 
 
 def main(argv: list[str] | None = None) -> int:

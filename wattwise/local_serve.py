@@ -106,8 +106,10 @@ class LocalServe:
         return {pool: info["replicas"].get("RUNNING", 0) for pool, info in status.items()}
 
     def _all_pools_running(self) -> bool:
+        """Every pool deployment has reached its target (which may be zero replicas)."""
         try:
-            return all(n >= 1 for n in self.pool_replicas().values())
+            status = httpx.get(f"{self.base_url}/admin/pools", timeout=10).json()
+            return bool(status) and all("HEALTHY" in info["status"] for info in status.values())
         except (httpx.HTTPError, ValueError):
             return False
 

@@ -55,6 +55,7 @@ class DynamoLLMConfig(BaseModel):
     # A new plan that grows pools takes effect (routing moves, other pools shrink)
     # once the grown pools' replicas are ready, or after this long.
     shadow_timeout_s: float = Field(default=120.0, ge=0)
+    max_reshards_per_epoch: int = Field(default=2, ge=1)
     overheads: OverheadTable = OverheadTable()
 
 
@@ -144,32 +145,53 @@ class DynamoLLMPolicy:
         largest = self.pools[list(self.pools)[-1]]
         largest.gpus = max(largest.gpus, MAX_TP)  # someone must serve what all others spill
 
-    def _pool_epoch(self, name: str, pool: PoolState, now_s: float) -> None:
+    def _pool_epochs(self) -> None:
+        """Every pool proposes its shape; shapes that cannot carry the load change at
+        once, the rest in savings order, at most `max_reshards_per_epoch` per epoch
+        (staggered reconfiguration, §IV-B), the others waiting for the next epoch."""
+        optional = []
+        for name, pool in self.pools.items():
+            proposal = self._propose(name, pool)
+            if proposal is None:
+                continue
+            if proposal[3] is None:  # later pools plan with this pool's new shape
+                pool.tp, pool.instances = proposal[1], proposal[2]
+            else:
+                optional.append(proposal)
+        optional.sort(key=lambda p: p[3], reverse=True)
+        for pool, tp, instances, _ in optional[: self.config.max_reshards_per_epoch]:
+            pool.tp, pool.instances = tp, instances
+
+    def _propose(self, name: str, pool: PoolState) -> tuple[PoolState, int, int, float | None] | None:
+        """(pool, TP, instances, watts saved) for a pool whose shape should change; saved
+        is None when the current shape cannot carry the load."""
         cls, load = self._pool_load(name, pool.peak_demand)
         pool.peak_demand = 0.0
         if pool.gpus == 0:
-            pool.instances = 0
-            return
+            return (pool, pool.tp, 0, None) if pool.instances else None
         slo = self._pool_slo(name)
         choice = solve_pool(self.profile, cls, load, pool.gpus, slo, max_clock_only=True,
                             headroom=self.config.headroom)
         if choice is None:  # nothing fits: all GPUs at TP8, the highest-performance shape
-            pool.tp, pool.instances = MAX_TP, max(pool.gpus // MAX_TP, 1)
-            return
+            return pool, MAX_TP, max(pool.gpus // MAX_TP, 1), None
         # The pool runs all its GPUs (the cluster manager sized them); the pool manager
         # only picks how to shard them, as DynamoLLM's online simplification does.
         instances = pool.gpus // choice.tensor_parallel
+        if (choice.tensor_parallel, instances) == (pool.tp, pool.instances):
+            return None
         current_ok = pool.instances > 0 and self.profile.meets(
             cls, pool.tp, self.max_clock, load / pool.instances, slo, self.config.headroom)
-        if not current_ok or self._pays_off(pool, cls, load, choice.tensor_parallel, instances, choice.power_w):
-            pool.tp, pool.instances = choice.tensor_parallel, instances
+        if not current_ok:
+            return pool, choice.tensor_parallel, instances, None
+        saved = self._savings_w(pool, cls, load, choice.tensor_parallel, instances, choice.power_w)
+        return (pool, choice.tensor_parallel, instances, saved) if saved is not None else None
 
-    def _pays_off(self, pool: PoolState, cls: str, load: float, tp: int, instances: int, power_new_w: float) -> bool:
-        if (tp, instances) == (pool.tp, pool.instances):
-            return False
+    def _savings_w(self, pool: PoolState, cls: str, load: float, tp: int, instances: int,
+                   power_new_w: float) -> float | None:
+        """Watts a new shape saves, if that pays its reconfiguration cost within the epoch."""
         now = self.profile.at(cls, pool.tp, self.max_clock, load / max(pool.instances, 1))
         if now is None:
-            return True
+            return None
         power_now = now[0] * pool.instances
         oh = self.config.overheads
         if tp != pool.tp:
@@ -179,7 +201,9 @@ class DynamoLLMPolicy:
         else:
             cost_s = oh.scale_out_s if instances > pool.instances else 0.0
         cost_j = cost_s * power_now
-        return worth_reconfiguring(power_now, power_new_w, self.config.pool_epoch_s, cost_j)
+        if not worth_reconfiguring(power_now, power_new_w, self.config.pool_epoch_s, cost_j):
+            return None
+        return power_now - power_new_w
 
     def _instance_epoch(self, name: str, pool: PoolState, dep: DeploymentView | None, demand: float) -> None:
         if pool.instances == 0:
@@ -231,8 +255,7 @@ class DynamoLLMPolicy:
         for name, pool in self.pools.items():
             pool.peak_demand = max(pool.peak_demand, demands[name])
         if now_s >= self._next_pool_s:
-            for name, pool in self.pools.items():
-                self._pool_epoch(name, pool, now_s)
+            self._pool_epochs()
             self._next_pool_s = now_s + self.config.pool_epoch_s
         if now_s >= self._next_instance_s:
             gpus_free = self.config.cluster_gpus - sum(p.instances * p.tp for p in self.pools.values())

@@ -1,0 +1,1 @@
+"""Chiron (seed 002): hierarchical backpressure for interactive, mixed and batch replicas."""

@@ -1,0 +1,58 @@
+"""throttLL'eM's admission control as the batcher's AdmissionPolicy (seed 003 §IV-C2).
+
+The head of the queue is inserted virtually into the scoreboard and the projection is
+checked at max clock: KV never exceeds capacity, the mean TBT stays within target and
+no protected request (the candidate aside) is projected past its deadline. Passing
+commits the entry; if only the candidate's own deadline fails it still joins, marked
+lost (it harms no one); anything else rolls back and the request keeps waiting.
+An empty replica always admits: waiting cannot make the request any faster.
+"""
+
+from __future__ import annotations
+
+from autoscaling.throttllem.projector import ReplicaProjector
+from autoscaling.throttllem.slo_checks import kv_fits
+from engines.batching import ContinuousBatcher, Sequence
+
+
+class ThrottllemAdmission:
+    def __init__(self, projector: ReplicaProjector) -> None:
+        self.projector = projector
+        self.admitted = 0
+        self.refused = 0
+        self.admitted_lost = 0
+
+    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool:
+        p = self.projector
+        p.sync(batcher, now_s)
+        board = p.scoreboard
+        tokens = p.projected_tokens(seq)
+        empty = len(board) == 0
+        board.insert_virtual(seq.request_id, p.now_iter - seq.generated, seq.request.prompt_tokens, tokens,
+                             p.deadline_s(seq, tokens))
+        tbt_s = min(p.tbt_s, seq.request.slo.tbt_s)
+        projection = p.project()
+        if empty:
+            lost = bool(p.check_at_max(projection, now_s, tbt_s).late[-1])
+        else:
+            if not kv_fits(projection, p.kv_blocks_total):
+                return self._refuse()
+            verdict = p.check_at_max(projection, now_s, tbt_s)
+            protected = board.lost.copy()
+            protected[-1] = True  # the candidate's own deadline decides only "lost"
+            if not verdict.passes(ignore=protected):
+                return self._refuse()
+            lost = bool(verdict.late[-1])
+        board.commit(lost)
+        p.tbt_s = tbt_s
+        p.changed = True
+        if lost:
+            p.mark_lost(seq.request_id)
+            self.admitted_lost += 1
+        self.admitted += 1
+        return True
+
+    def _refuse(self) -> bool:
+        self.projector.scoreboard.rollback()
+        self.refused += 1
+        return False

@@ -1,0 +1,57 @@
+"""throttLL'eM's clock throttling as the batcher's ClockPolicy (seed 003 §IV-E).
+
+After an admission (and every `clock_refresh_s` as requests finish) a binary search
+finds the lowest supported clock at which the projection still passes the scheduler's
+TBT and deadline checks; while a lost request runs, max clock instead (best effort).
+Raising applies at once; lowering at most every `clock_lower_interval_s`, since each
+change stalls the GPU. The batcher applies the clock before its next step, so the
+search never delays a request; a replica on real GPUs forwards the change to the
+node's GPU-control actor.
+"""
+
+from __future__ import annotations
+
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.projector import ReplicaProjector
+from autoscaling.throttllem.slo_checks import lowest_passing_clock
+from engines.batching import ContinuousBatcher
+
+
+class ThrottllemClock:
+    def __init__(self, projector: ReplicaProjector, config: ThrottllemConfig) -> None:
+        self.projector = projector
+        self.config = config
+        self._searched_s = float("-inf")
+        self._lowered_s = float("-inf")
+        self.changes = 0
+
+    def target_clock_mhz(self, now_s: float) -> float | None:
+        """The lowest passing clock for the committed scoreboard (None: nothing runs)."""
+        p = self.projector
+        board = p.scoreboard
+        if len(board) == 0:
+            return None
+        clocks = p.table.clocks_mhz
+        if board.lost.any():
+            return float(clocks[-1])
+        projection = p.project()
+        index = lowest_passing_clock(p.table, p.lookup(projection), projection, board.deadline_s, board.lost,
+                                     now_s, p.tbt_s, self.config.slo_headroom)
+        return float(clocks[index])
+
+    def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
+        p = self.projector
+        p.sync(batcher, now_s)
+        if not p.changed and now_s - self._searched_s < self.config.clock_refresh_s:
+            return None
+        p.changed = False
+        self._searched_s = now_s
+        target = self.target_clock_mhz(now_s)
+        if target is None or target == batcher.clock_mhz:
+            return None
+        if target < batcher.clock_mhz:
+            if now_s - self._lowered_s < self.config.clock_lower_interval_s:
+                return None
+            self._lowered_s = now_s
+        self.changes += 1
+        return target

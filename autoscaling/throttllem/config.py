@@ -1,0 +1,52 @@
+"""Settings of throttLL'eM's replica scheduler and engine-size autoscaler (seed 003 §IV)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ThrottllemConfig(BaseModel):
+    """Per-replica admission control and clock throttling."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "llama2-70b"
+    hardware: str = "h100-80gb"
+    # Relative error of the output-length predictor (e.g. its p95 |actual - predicted| /
+    # predicted); projections stretch every prediction by 1 + margin_per_error * error.
+    length_error: float = Field(default=0.0, ge=0)
+    margin_per_error: float = Field(default=1.0, ge=0)
+    # Share of the TBT and E2E targets the projection may use: prefill steps of later
+    # arrivals stretch real iterations beyond M's decode-only projection (bench/throttllem.py).
+    slo_headroom: float = Field(default=0.8, gt=0, le=1)
+    # Clock lowering is rate-limited (each change stalls the GPU ~50-200 ms); raising is not.
+    clock_lower_interval_s: float = Field(default=1.0, ge=0)
+    # Re-run the clock search at least this often even without admissions (requests end).
+    clock_refresh_s: float = Field(default=0.5, gt=0)
+    # Grid M is tabulated on: batch levels up to the batch limit and KV levels up to capacity.
+    table_batch_levels: int = Field(default=24, ge=2)
+    table_kv_levels: int = Field(default=24, ge=2)
+
+    @property
+    def length_margin(self) -> float:
+        return 1.0 + self.margin_per_error * self.length_error
+
+
+class ThrottllemScalingConfig(BaseModel):
+    """Engine-size autoscaling with shadow instancing (seed 003 §IV-D)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "llama2-70b"
+    hardware: str = "h100-80gb"
+    monitor_interval_s: float = Field(default=10.0, gt=0)
+    # Grace period = an engine's spawn time (sim OverheadTable.reshard_s, DynamoLLM Table V).
+    spawn_s: float = Field(default=33.0, ge=0)
+    # Profiled max load per TP (requests/s one engine carries); None: from the capacity model
+    # for the request shape below, at max clock, within tbt_s * load_headroom.
+    max_load_rps: dict[int, float] | None = None
+    # Azure conversation trace 2023: mean prompt 1155, mean output 211 tokens.
+    mean_prompt_tokens: float = Field(default=1155.0, gt=0)
+    mean_output_tokens: float = Field(default=211.0, gt=0)
+    tbt_s: float = Field(default=0.1, gt=0)
+    load_headroom: float = Field(default=0.8, gt=0, le=1)

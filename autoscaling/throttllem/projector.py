@@ -1,0 +1,95 @@
+"""One replica's scoreboard kept in step with its batcher, and M tabulated for its TP.
+
+Shared by the admission and clock policies of that replica. The batcher is the truth:
+at each new step the scoreboard is re-read from the running batch, each entry
+re-anchored at s_i = k - (tokens generated), so chunked prefill and preemptions never
+drift the projection. A request that outlived its (margin-stretched) prediction is
+re-projected to its max_tokens; one projected to miss its deadline even at max clock is
+marked lost, so the scheduler stops protecting a deadline it cannot meet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.ips_table import IpsTable, Lookup
+from autoscaling.throttllem.scoreboard import Projection, Scoreboard
+from autoscaling.throttllem.slo_checks import Verdict, check
+from engines.batching import ContinuousBatcher, Sequence
+
+
+class ReplicaProjector:
+    def __init__(self, config: ThrottllemConfig, table_for: Callable[[int, int, int], IpsTable],
+                 block_size: int) -> None:
+        self.config = config
+        self.table_for = table_for  # (tp, batch limit, KV blocks) -> IpsTable
+        self.scoreboard = Scoreboard(block_size)
+        self.now_iter = 0
+        self.table: IpsTable | None = None
+        self.kv_blocks_total = 0
+        self.tbt_s = math.inf
+        self._synced_s: float | None = None
+        self._lost_ids: set[str] = set()
+        # Set when the scoreboard gained an entry or a lost one: the clock must be re-searched.
+        self.changed = False
+
+    def projected_tokens(self, seq: Sequence) -> int:
+        """Predicted output stretched by the error margin; max_tokens once outlived."""
+        request = seq.request
+        predicted = request.predicted_output_tokens or request.max_tokens
+        tokens = min(math.ceil(predicted * self.config.length_margin), request.max_tokens)
+        return tokens if seq.generated < tokens else request.max_tokens
+
+    def deadline_s(self, seq: Sequence, tokens: int) -> float:
+        request = seq.request
+        if tokens > (request.predicted_output_tokens or request.max_tokens):
+            return request.arrival_s + request.slo.e2e_for(tokens)
+        return request.deadline_s
+
+    def sync(self, batcher: ContinuousBatcher, now_s: float) -> None:
+        """Re-read the running batch once per step (a step is known by its start time)."""
+        if self._synced_s == now_s:
+            return
+        self._synced_s = now_s
+        self.now_iter += 1
+        self.table = self.table_for(batcher.tensor_parallel, batcher.batch_limit, batcher.kv_blocks_total)
+        self.kv_blocks_total = batcher.kv_blocks_total
+        running = batcher.running
+        tokens = [self.projected_tokens(s) for s in running]
+        ids = [s.request_id for s in running]
+        self.scoreboard.reset(
+            ids,
+            np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
+            np.array([s.request.prompt_tokens for s in running], dtype=np.int64),
+            np.array(tokens, dtype=np.int64),
+            np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64),
+            np.array([i in self._lost_ids for i in ids], dtype=bool),
+        )
+        self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
+        if running:
+            late = self.check_at_max(self.project(), now_s).late & ~self.scoreboard.lost
+            if late.any():
+                self.scoreboard.lost |= late
+                self.changed = True
+        self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
+
+    def mark_lost(self, request_id: str) -> None:
+        self._lost_ids.add(request_id)
+
+    def project(self) -> Projection:
+        return self.scoreboard.project(self.now_iter)
+
+    def lookup(self, projection: Projection) -> Lookup:
+        return self.table.lookup(projection.batch.astype(np.float64), projection.kv_blocks.astype(np.float64))
+
+    def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
+                 at: Lookup | None = None) -> Verdict:
+        return check(self.table, clock_index, at or self.lookup(projection), projection, self.scoreboard.deadline_s,
+                     now_s, self.tbt_s if tbt_s is None else tbt_s, self.config.slo_headroom)
+
+    def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
+        return self.check_at(len(self.table.clocks_mhz) - 1, projection, now_s, tbt_s)

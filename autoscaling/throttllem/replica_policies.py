@@ -1,0 +1,45 @@
+"""Build one replica's admission and clock policies around a shared projector.
+
+The same factory serves the simulator (one call per simulated replica) and the
+real-time sim engine in Ray Serve. M is trained once per process and tabulated once
+per (TP, batch limit, KV capacity).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from autoscaling.throttllem.admission import ThrottllemAdmission
+from autoscaling.throttllem.clock import ThrottllemClock
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.ips_table import IpsTable
+from autoscaling.throttllem.projector import ReplicaProjector
+from energy.calibration import default_perf_model
+from energy.ml_perf_model import default_ips_model
+from engines.batching import BatcherConfig
+from energy.perf_model import PerfModel
+
+
+@lru_cache(maxsize=32)
+def ips_table(model: str, hardware: str, tp: int, batch_max: int, kv_blocks_max: int, batch_levels: int,
+              kv_levels: int) -> IpsTable:
+    clocks = default_perf_model(model, hardware).gpu.supported_clocks_mhz()
+    return IpsTable(default_ips_model(model, hardware), tp, clocks, batch_max, kv_blocks_max, batch_levels, kv_levels)
+
+
+def replica_policies(
+    perf: PerfModel, batcher_config: BatcherConfig, config: ThrottllemConfig = ThrottllemConfig(),
+) -> tuple[ThrottllemAdmission, ThrottllemClock]:
+    if (perf.model.name, perf.gpu.name) != (config.model, config.hardware):
+        raise ValueError(f"throttLL'eM is configured for {config.model} on {config.hardware}, "
+                         f"the replica runs {perf.model.name} on {perf.gpu.name}")
+
+    def table_for(tp: int, batch_max: int, kv_blocks: int) -> IpsTable:
+        return ips_table(config.model, config.hardware, tp, batch_max, kv_blocks, config.table_batch_levels,
+                         config.table_kv_levels)
+
+    tp = batcher_config.tensor_parallel
+    kv_tokens = batcher_config.kv_capacity_tokens or perf.kv_capacity_tokens(tp)
+    table_for(tp, batcher_config.batch_limit, max(kv_tokens // batcher_config.block_size, 1))  # warm: not on a request
+    projector = ReplicaProjector(config, table_for, batcher_config.block_size)
+    return ThrottllemAdmission(projector), ThrottllemClock(projector, config)

@@ -1,0 +1,95 @@
+"""The scoreboard of one replica and its KV / batch projections (seed 003 §IV-B, eqs. 1-2).
+
+Each entry is a scheduled request: the iteration it was scheduled at (s_i), its input
+length |q_i| and its projected output length r_i. Projections assume no arrivals: entry
+i occupies iterations s_i <= j < s_i + r_i and holds ceil((j - s_i + |q_i| + 1) / N)
+KV blocks there (eq. 1, counting the slot of the token iteration j writes, as paged
+engines allocate it). A candidate is inserted "virtually", then committed or rolled back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Projection:
+    """Vectors over future iterations k, k+1, ..., and each entry's remaining iterations."""
+
+    batch: np.ndarray  # B (eq. 1 summed as a count)
+    kv_blocks: np.ndarray  # KV (eq. 2)
+    remaining: np.ndarray  # per entry: s_i + r_i - k (>= 1)
+
+
+class Scoreboard:
+    def __init__(self, block_size: int) -> None:
+        self.block_size = block_size
+        self.ids: list[str] = []
+        self.start = np.zeros(0, dtype=np.int64)
+        self.input_tokens = np.zeros(0, dtype=np.int64)
+        self.output_tokens = np.zeros(0, dtype=np.int64)
+        self.deadline_s = np.zeros(0, dtype=np.float64)
+        self.lost = np.zeros(0, dtype=bool)
+        self._virtual = False
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def reset(self, ids: list[str], start: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
+              deadline_s: np.ndarray, lost: np.ndarray) -> None:
+        """Replace every entry (the replica's running batch, re-read each step)."""
+        self.ids = list(ids)
+        self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
+        self.deadline_s, self.lost = deadline_s, lost
+        self._virtual = False
+
+    def insert_virtual(self, request_id: str, start: int, input_tokens: int, output_tokens: int,
+                       deadline_s: float) -> None:
+        if self._virtual:
+            raise RuntimeError("a virtual entry is already pending: commit or roll it back first")
+        self.ids.append(request_id)
+        self.start = np.append(self.start, start)
+        self.input_tokens = np.append(self.input_tokens, input_tokens)
+        self.output_tokens = np.append(self.output_tokens, output_tokens)
+        self.deadline_s = np.append(self.deadline_s, deadline_s)
+        self.lost = np.append(self.lost, False)
+        self._virtual = True
+
+    def commit(self, lost: bool = False) -> None:
+        self._require_virtual()
+        self.lost[-1] = lost
+        self._virtual = False
+
+    def rollback(self) -> None:
+        self._require_virtual()
+        self.ids.pop()
+        for name in ("start", "input_tokens", "output_tokens", "deadline_s", "lost"):
+            setattr(self, name, getattr(self, name)[:-1])
+        self._virtual = False
+
+    def _require_virtual(self) -> None:
+        if not self._virtual:
+            raise RuntimeError("no virtual entry to commit or roll back")
+
+    def project(self, now_iter: int) -> Projection:
+        """B and KV for iterations now_iter ... until the last entry ends (numpy, O(n + horizon))."""
+        n_block = self.block_size
+        remaining = np.maximum(self.start + self.output_tokens - now_iter, 1)
+        horizon = int(remaining.max()) if len(remaining) else 0
+        ends = np.bincount(remaining, minlength=horizon + 1)
+        batch = len(remaining) - np.cumsum(ends)[:horizon]
+        # ceil((c + j) / N) = floor((a + j) / N) with a = c + N - 1: a step up wherever
+        # (a + j) % N == 0, built as a difference array over j.
+        a = now_iter - self.start + self.input_tokens + 1 + n_block - 1
+        diff = np.zeros(horizon + 1, dtype=np.int64)
+        diff[0] = int((a // n_block).sum())
+        np.subtract.at(diff, remaining, (a + remaining - 1) // n_block)
+        first = n_block - a % n_block  # first offset >= 1 where a block is added
+        count = np.where(remaining - 1 >= first, (remaining - 1 - first) // n_block + 1, 0)
+        total = int(count.sum())
+        if total:
+            offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
+            diff += np.bincount(np.repeat(first, count) + n_block * offsets, minlength=horizon + 1)
+        return Projection(batch, np.cumsum(diff)[:horizon], remaining)

@@ -1,0 +1,148 @@
+"""throttLL'eM on the Azure conversation trace vs static max clock (Triton-like), in the simulator.
+
+    wattwise bench throttllem [--start-s 0] [--duration-s 900]
+
+One pool, one engine (TP8 to start); the trace window is rate-scaled so its busiest
+minute is the TP8 engine's profiled max load (seed 003 §V-A). Variants (seed 003
+§V-D2): static max clock, autoscaling only (max clock), throttling only (admission +
+clock, TP8), and both, with oracle lengths and with 15% / 30% p95 length error.
+Prints the performance model's Table III (vs a linear model) and the decision latency
+per admission. Target (issue #6): >= 1.7x tokens/J vs static max clock while 99% of
+requests meet their E2E deadline; decision p99 <= 1 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from functools import partial
+
+import numpy as np
+
+from autoscaling.baselines import PoolPlanConfig, StaticPolicy
+from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler, profiled_max_load_rps
+from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemScalingConfig
+from autoscaling.throttllem.replica_policies import replica_policies
+from core.classes import LengthClassConfig
+from energy.ml_perf_model import default_profile, split_scores
+from engines.batching import BatcherConfig
+from energy.perf_model import PerfModel
+from sim.config import SimConfig
+from sim.engine import PoolSetup, Simulator
+from sim.workload import fit_context, load_trace, scale_rate, window
+
+POOL = "pool-all"
+TP, MAX_CLOCK_MHZ = 8, 1980
+
+
+class Timings:
+    """Wall time of every admission decision and every clock search, in ms."""
+
+    def __init__(self) -> None:
+        self.admit_ms: list[float] = []
+        self.search_ms: list[float] = []
+        self.step_clock_mhz: list[float] = []  # the clock of every step of the timed runs
+
+    def policies(self, perf: PerfModel, batcher_config: BatcherConfig, config: ThrottllemConfig):
+        admission, clock = replica_policies(perf, batcher_config, config)
+        admit, choose = admission.admit, clock.choose_clock_mhz
+
+        def timed_admit(seq, batcher, now_s):
+            t0 = time.perf_counter()
+            ok = admit(seq, batcher, now_s)
+            self.admit_ms.append((time.perf_counter() - t0) * 1e3)
+            return ok
+
+        def timed_choose(batcher, now_s):
+            t0 = time.perf_counter()
+            out = choose(batcher, now_s)
+            self.step_clock_mhz.append(out or batcher.clock_mhz)
+            if clock._searched_s == now_s:  # a search ran (not the cached answer)
+                self.search_ms.append((time.perf_counter() - t0) * 1e3)
+            return out
+
+        admission.admit, clock.choose_clock_mhz = timed_admit, timed_choose
+        return admission, clock
+
+
+def workload(start_s: float, duration_s: float, peak_rps: float):
+    w = fit_context(window(load_trace("conv"), start_s, duration_s), 8192)
+    busiest = np.bincount((w.arrival_s // 60).astype(np.int64)).max() / 60.0
+    return scale_rate(w, peak_rps / busiest, np.random.default_rng(0))
+
+
+def run(w, autoscale: bool, throttle: bool, error: float, timings: Timings | None) -> dict:
+    config = SimConfig(length_error_p95=error)
+    policies = None
+    if throttle:
+        cfg = ThrottllemConfig(length_error=error)
+        policies = partial(timings.policies, config=cfg) if timings else partial(replica_policies, config=cfg)
+    setup = PoolSetup(POOL, tuple(LengthClassConfig.names()), TP, MAX_CLOCK_MHZ, 1, batcher_policies=policies)
+    policy = (ThrottllemAutoscaler() if autoscale else
+              StaticPolicy(PoolPlanConfig(replicas={POOL: 1}, tensor_parallel={POOL: TP},
+                                          clock_mhz={POOL: MAX_CLOCK_MHZ})))
+    raw = Simulator(w, policy, [setup], config).run()
+    log = raw.log
+    done = log.done
+    deadline = log.slo_ttft_s + log.slo_tbt_s * np.maximum(log.output_tokens - 1, 0)
+    energy = raw.series.energy_j[-1]
+    return {
+        "energy_kj": energy / 1e3,
+        "tpj": float(log.output_tokens[done].sum()) / energy,
+        "p99_e2e_s": float(np.percentile(log.e2e_s[done], 99)),
+        "mean_tbt_ms": float(np.nanmean(log.mean_tbt_s[done])) * 1e3,
+        "e2e_met": float(np.mean(done & (log.e2e_s <= deadline))),
+        "clock_mhz": float(np.mean(timings.step_clock_mhz)) if timings else float(MAX_CLOCK_MHZ),
+        "tp": float(np.mean(raw.series.tp[POOL])),
+        "completed": int(done.sum()),
+    }
+
+
+def table_iii() -> None:
+    samples = default_profile()
+    print(f"performance model M: {len(samples)} profiling samples (sim engine, TP2/4/8, random clocks)")
+    print(f"{'split':>6} {'model':>7} {'R2':>6} {'MAPE %':>7} {'MAE it/s':>9}")
+    for share in (0.9, 0.1):
+        for name, s in split_scores(samples, share).items():
+            print(f"{int(share * 100):>3}/{int(round((1 - share) * 100)):<2} {name:>7} {s.r2:>6.3f} {s.mape_pct:>7.1f} "
+                  f"{s.mae_ips:>9.2f}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="wattwise bench throttllem")
+    p.add_argument("--start-s", type=float, default=0.0)
+    p.add_argument("--duration-s", type=float, default=900.0)
+    args = p.parse_args(argv)
+    table_iii()
+    peak = profiled_max_load_rps(ThrottllemScalingConfig())[TP]
+    w = workload(args.start_s, args.duration_s, peak)
+    print(f"\nconversation trace [{args.start_s:.0f}, +{args.duration_s:.0f}) s: {len(w)} requests, "
+          f"busiest minute scaled to TP{TP}'s max load {peak:.2f} req/s")
+    variants = [("static max clock", False, False, 0.0), ("autoscaling only", True, False, 0.0)]
+    variants += [(f"throttling only e={e:.2f}", False, True, e) for e in (0.0, 0.15, 0.30)]
+    variants += [(f"throttLL'eM e={e:.2f}", True, True, e) for e in (0.0, 0.15, 0.30)]
+    rows = []
+    decisions = Timings()
+    for label, autoscale, throttle, error in variants:
+        timings = Timings() if throttle else None
+        t0 = time.perf_counter()
+        rows.append((label, run(w, autoscale, throttle, error, timings), time.perf_counter() - t0))
+        if timings is not None:
+            decisions.admit_ms += timings.admit_ms
+            decisions.search_ms += timings.search_ms
+    base = rows[0][1]
+    print(f"{'variant':>26} {'kJ':>8} {'tok/J':>6} {'x static':>8} {'p99 E2E s':>9} {'mean TBT ms':>11} "
+          f"{'E2E met %':>9} {'step MHz':>8} {'mean TP':>7} {'wall s':>6}")
+    for label, r, wall in rows:
+        print(f"{label:>26} {r['energy_kj']:>8.0f} {r['tpj']:>6.3f} {r['tpj'] / base['tpj']:>8.2f} "
+              f"{r['p99_e2e_s']:>9.1f} {r['mean_tbt_ms']:>11.1f} {r['e2e_met'] * 100:>9.1f} {r['clock_mhz']:>8.0f} "
+              f"{r['tp']:>7.1f} {wall:>6.1f}")
+    a, s = np.array(decisions.admit_ms), np.array(decisions.search_ms)
+    print(f"\ndecision latency (all throttling runs): admission {len(a)} calls p50 {np.percentile(a, 50):.3f} ms "
+          f"p99 {np.percentile(a, 99):.3f} ms; clock search {len(s)} calls p50 {np.percentile(s, 50):.3f} ms "
+          f"p99 {np.percentile(s, 99):.3f} ms; sum of p99s {np.percentile(a, 99) + np.percentile(s, 99):.3f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,90 @@
+"""The global batch queue (Chiron §5.3) as a Serve deployment over the durable BatchStore.
+
+One replica owns the SQLite file. It feeds pending requests, earliest deadline first,
+to the ingress's batch path (which picks batch replicas, else mixed ones) with a bounded
+number in flight, records each result, and reports the queue's request groups as
+autoscaling metrics for Chiron's global autoscaler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from ray import serve
+
+from app.batch_store import BatchInputError, BatchStore, PendingRequest
+from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
+from autoscaling.chiron.queue_summary import summarise_queue
+
+logger = logging.getLogger("ray.serve")
+
+
+@serve.deployment
+class BatchQueue:
+    def __init__(self, db_path: str, ingress_name: str = "Ingress", max_in_flight: int = 32,
+                 poll_s: float = 0.5) -> None:
+        self.store = BatchStore(db_path)
+        self.ingress_name = ingress_name
+        self.max_in_flight = max_in_flight
+        self.poll_s = poll_s
+        self.lengths = OutputLengthStats()
+        self._in_flight: set[tuple[str, int]] = set()
+        self._worker: asyncio.Task | None = None
+
+    # ---- the API the ingress forwards ----------------------------------------------
+    def add_file(self, content: bytes, filename: str, purpose: str) -> dict[str, Any]:
+        return self.store.add_file(content, filename, purpose, time.time())
+
+    def file(self, file_id: str) -> dict[str, Any] | None:
+        return self.store.file(file_id)
+
+    def file_content(self, file_id: str) -> bytes | None:
+        return self.store.file_content(file_id)
+
+    def create_batch(self, input_file_id: str, endpoint: str, completion_window: str) -> dict[str, Any]:
+        self._ensure_worker()
+        try:
+            return self.store.create_batch(input_file_id, endpoint, completion_window, time.time())
+        except BatchInputError as exc:
+            return {"error": str(exc)}
+
+    def batch(self, batch_id: str) -> dict[str, Any] | None:
+        self._ensure_worker()
+        return self.store.batch(batch_id)
+
+    # ---- the worker ----------------------------------------------------------------
+    def _ensure_worker(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._work())
+
+    async def check_health(self) -> None:
+        """Serve calls this every few seconds: it also restarts the worker after a restart."""
+        self._ensure_worker()
+
+    async def _work(self) -> None:
+        ingress = serve.get_deployment_handle(self.ingress_name, serve.get_replica_context().app_name)
+        while True:
+            room = self.max_in_flight - len(self._in_flight)
+            for req in self.store.pending(limit=room) if room > 0 else []:
+                self._in_flight.add((req.batch_id, req.line))
+                self.store.mark_running(req)
+                asyncio.get_running_loop().create_task(self._run(ingress, req))
+            await asyncio.sleep(self.poll_s)
+
+    async def _run(self, ingress: Any, req: PendingRequest) -> None:
+        try:
+            ok, response = await ingress.run_batch_request.remote(req.body, req.deadline_s)
+        except Exception as exc:  # recorded as the request's error; the batch still completes
+            logger.exception("batch request %s/%s failed", req.batch_id, req.custom_id)
+            ok, response = False, {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}
+        if ok:
+            self.lengths.observe(response.get("usage", {}).get("completion_tokens", 0))
+        self.store.finish(req, response, ok, time.time())
+        self._in_flight.discard((req.batch_id, req.line))
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        queue = [QueuedBatchRequest(p.enqueued_s, p.deadline_s) for p in self.store.pending()]
+        return summarise_queue(queue, self.lengths)

@@ -1,0 +1,76 @@
+"""throttLL'eM's performance model M: iterations/s from (TP, batch, KV blocks, clock).
+
+A gradient-boosted tree (seed 003 §IV-C1) trained on profiling samples, constrained
+to be monotone in batch, KV (slower) and clock (faster) so the clock binary search
+over it is sound. Scores follow the paper's Table III (R², MAPE, MAE on 90/10 and
+10/90 splits), next to a linear model fitted on the same split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+from sklearn.ensemble import HistGradientBoostingRegressor
+from sklearn.linear_model import LinearRegression
+from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error, r2_score
+
+from energy.calibration import default_perf_model
+from energy.ips_profiling import IpsSamples, profile_ips
+
+# Feature order: tp, batch, kv_blocks, clock_mhz (IpsSamples.features).
+MONOTONE = (0, -1, -1, 1)
+
+
+class IpsModel:
+    """M: predicts iterations/s; never below `floor_ips` so 1/IPS stays finite."""
+
+    def __init__(self, max_iter: int = 300, seed: int = 0, floor_ips: float = 0.05) -> None:
+        self.regressor = HistGradientBoostingRegressor(
+            max_iter=max_iter, learning_rate=0.1, monotonic_cst=list(MONOTONE), random_state=seed,
+        )
+        self.floor_ips = floor_ips
+
+    def fit(self, samples: IpsSamples) -> IpsModel:
+        self.regressor.fit(samples.features(), samples.ips)
+        return self
+
+    def predict(self, features: np.ndarray) -> np.ndarray:
+        return np.maximum(self.regressor.predict(features), self.floor_ips)
+
+
+@dataclass(frozen=True)
+class Scores:
+    r2: float
+    mape_pct: float
+    mae_ips: float
+
+
+def score(pred: np.ndarray, true: np.ndarray) -> Scores:
+    return Scores(float(r2_score(true, pred)), float(mean_absolute_percentage_error(true, pred) * 100),
+                  float(mean_absolute_error(true, pred)))
+
+
+def split_scores(samples: IpsSamples, train_share: float, seed: int = 0) -> dict[str, Scores]:
+    """Held-out scores of M and of a linear model trained on the same random split."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(samples))
+    cut = int(len(samples) * train_share)
+    train, test = order[:cut], order[cut:]
+    x, y = samples.features(), samples.ips
+    gbr = IpsModel(seed=seed).fit(IpsSamples(*(getattr(samples, f)[train] for f in
+                                               ("tp", "batch", "kv_blocks", "clock_mhz", "ips"))))
+    linear = LinearRegression().fit(x[train], y[train])
+    return {"gbr": score(gbr.predict(x[test]), y[test]), "linear": score(linear.predict(x[test]), y[test])}
+
+
+@lru_cache(maxsize=4)
+def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb") -> IpsSamples:
+    """The sim engine's profile of every TP, collected once per process."""
+    return profile_ips(default_perf_model(model, hardware))
+
+
+@lru_cache(maxsize=4)
+def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb") -> IpsModel:
+    return IpsModel().fit(default_profile(model, hardware))

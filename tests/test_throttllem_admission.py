@@ -1,0 +1,103 @@
+"""throttLL'eM's admission checks on crafted batches, and the minimum-clock binary search."""
+
+import numpy as np
+
+from autoscaling.throttllem.replica_policies import replica_policies
+from autoscaling.throttllem.slo_checks import check, lowest_passing_clock
+from core.request import Request
+from core.slo import SLO
+from energy.calibration import default_perf_model
+from engines.batching import BatcherConfig, ContinuousBatcher
+
+LOOSE = SLO(ttft_s=3600, tbt_s=10)
+
+
+def replica(running: list[Request], generated: int = 5, **config):
+    perf = default_perf_model()
+    bc = BatcherConfig(tensor_parallel=8, **config)
+    admission, clock = replica_policies(perf, bc)
+    b = ContinuousBatcher(perf, bc, admission, clock)
+    for r in running:  # already scheduled and decoding
+        seq = b.add(r, 0.0)
+        b.waiting.remove(seq)
+        seq.prefilled, seq.generated = seq.prefill_target, generated
+        b._grow(seq, r.prompt_tokens + generated + 1)
+        b.running.append(seq)
+    return b, admission, clock
+
+
+def req(i: str, prompt: int, out: int, slo: SLO = LOOSE, arrival_s: float = 0.0) -> Request:
+    return Request(i, prompt, out, arrival_s, slo, predicted_output_tokens=out, target_output_tokens=out)
+
+
+def finish_s(admission, b, now_s):
+    """Projected finish of every scoreboard entry at max clock."""
+    p = admission.projector
+    proj = p.project()
+    iter_s = p.table.iteration_s(len(p.table.clocks_mhz) - 1, p.lookup(proj))
+    return now_s + np.cumsum(iter_s)[proj.remaining - 1], iter_s
+
+
+def test_kv_check_queues_what_would_overflow_the_cache():
+    b, admission, _ = replica([req("a", 2000, 400)], kv_capacity_tokens=4000)
+    big = b.add(req("b", 1500, 600), 1.0)
+    assert not admission.admit(big, b, 1.0)
+    assert admission.projector.scoreboard.ids == ["a"]  # rolled back
+    small = req("c", 100, 50)
+    b2, admission2, _ = replica([req("a", 2000, 400)], kv_capacity_tokens=4000)
+    assert admission2.admit(b2.add(small, 1.0), b2, 1.0)
+
+
+def test_tbt_check_queues_when_the_mean_gap_would_exceed_the_target():
+    b, admission, _ = replica([req("a", 3000, 200)])
+    admission.projector.sync(b, 1.0)
+    _, alone = finish_s(admission, b, 1.0)
+    board = admission.projector.scoreboard
+    board.insert_virtual("probe", admission.projector.now_iter, 6000, 200, 1e9)
+    _, both = finish_s(admission, b, 1.0)
+    board.rollback()
+    assert both.mean() > alone.mean()
+    # A TBT target (after headroom) between the two means: "a" alone passes, with "b" it fails.
+    target = (alone.mean() + both.mean()) / 2 / admission.projector.config.slo_headroom
+    tight = SLO(ttft_s=3600, tbt_s=target)
+    b, admission, _ = replica([req("a", 3000, 200, tight)])
+    assert not admission.admit(b.add(req("b", 6000, 200, tight), 1.0), b, 1.0)
+    assert admission.refused == 1
+
+
+def test_e2e_check_protects_running_requests_and_admits_lost_ones_that_harm_no_one():
+    b, admission, _ = replica([req("a", 500, 300)])
+    admission.projector.sync(b, 1.0)
+    alone, _ = finish_s(admission, b, 1.0)
+    deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=float(alone[0]) * 1.001 / admission.projector.config.slo_headroom)  # "a" meets it only alone
+    b, admission, _ = replica([req("a", 500, 300, deadline)])
+    assert not admission.admit(b.add(req("b", 7000, 300), 1.0), b, 1.0)
+    # A request already past its own deadline that slows no one down is scheduled, marked lost.
+    b, admission, clock = replica([req("a", 500, 300)])
+    late = SLO(ttft_s=0.1, tbt_s=10, e2e_s=0.5)
+    assert admission.admit(b.add(req("c", 100, 20, late, arrival_s=0.0), 5.0), b, 5.0)
+    assert admission.admitted_lost == 1 and admission.projector.scoreboard.lost.tolist() == [False, True]
+    assert clock.target_clock_mhz(5.0) == b.perf.gpu.max_clock_mhz  # max clock while it runs
+
+
+def test_binary_search_returns_the_minimum_passing_clock():
+    batch = [req(str(i), 800, 300) for i in range(60)]
+    b, admission, _ = replica(batch)
+    p = admission.projector
+    p.sync(b, 1.0)
+    at = p.lookup(p.project())
+    slowest, fastest = (p.table.iteration_s(i, at).mean() for i in (0, len(p.table.clocks_mhz) - 1))
+    tbt = SLO(ttft_s=3600, tbt_s=(slowest + fastest) / 2 / p.config.slo_headroom)  # needs a middle clock
+    b, admission, clock = replica([req(str(i), 800, 300, tbt) for i in range(60)])
+    p = admission.projector
+    p.sync(b, 1.0)
+    proj = p.project()
+    at = p.lookup(proj)
+    board = p.scoreboard
+    h = p.config.slo_headroom
+    passing = [check(p.table, i, at, proj, board.deadline_s, 1.0, p.tbt_s, h).passes(board.lost)
+               for i in range(len(p.table.clocks_mhz))]
+    found = lowest_passing_clock(p.table, at, proj, board.deadline_s, board.lost, 1.0, p.tbt_s, h)
+    assert passing[found] and 0 < found < len(passing) - 1
+    assert passing.index(True) == found
+    assert clock.target_clock_mhz(1.0) == p.table.clocks_mhz[found]

@@ -1,0 +1,29 @@
+"""throttLL'eM's engine-size autoscaler: smallest sufficient TP, grace period against down-scaling."""
+
+from autoscaling.registry import make_policy
+from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
+from autoscaling.throttllem.config import ThrottllemScalingConfig
+from core.stats import ReplicaStats
+from core.view import ClusterView, DeploymentView
+
+
+def view(rps: float, tp: int) -> ClusterView:
+    stats = ReplicaStats(tensor_parallel=tp, class_rates_per_s={"MM": rps})
+    return ClusterView({"pool": DeploymentView("pool", 1, 1, 1, 1, (stats,))})
+
+
+def test_grace_period_blocks_down_scaling_but_not_up_scaling():
+    policy = ThrottllemAutoscaler(ThrottllemScalingConfig(max_load_rps={2: 1.0, 4: 2.0, 8: 3.0}, spawn_s=30,
+                                                          monitor_interval_s=10))
+    assert policy.observe(view(2.5, 8), 0.0).tensor_parallel == {"pool": 8}  # right size: grace to 30 s
+    for t in (10.0, 20.0):  # load fell, but the engine is still in its grace period
+        assert policy.observe(view(0.5, 8), t).tensor_parallel == {"pool": 8}
+    assert policy.observe(view(0.5, 8), 30.0).tensor_parallel == {"pool": 2}
+    assert policy.observe(view(2.5, 2), 40.0).tensor_parallel == {"pool": 8}  # up at once, grace or not
+    assert policy.observe(view(0.5, 8), 45.0).tensor_parallel == {"pool": 8}  # between monitor ticks
+
+
+def test_registered_and_sized_from_the_capacity_model():
+    policy = make_policy("throttllem")
+    loads = list(policy.max_load_rps.values())
+    assert list(policy.max_load_rps) == [2, 4, 8] and loads == sorted(loads) and loads[0] > 0

@@ -1,0 +1,20 @@
+"""throttLL'eM's performance model M: profiled on the sim engine, beats a linear model."""
+
+from energy.ml_perf_model import default_profile, split_scores
+
+
+def test_gbr_beats_linear_on_held_out_data():
+    samples = default_profile()
+    for share in (0.9, 0.1):
+        scores = split_scores(samples, share)
+        gbr, linear = scores["gbr"], scores["linear"]
+        assert gbr.r2 > 0.95 and gbr.r2 > linear.r2 + 0.1
+        assert gbr.mape_pct < linear.mape_pct / 2
+        assert gbr.mae_ips < linear.mae_ips
+
+
+def test_profile_covers_tps_clocks_and_kv_range():
+    samples = default_profile()
+    assert set(samples.tp.astype(int)) == {2, 4, 8}
+    assert samples.clock_mhz.min() < 1000 and samples.clock_mhz.max() > 1800
+    assert samples.batch.max() > 200

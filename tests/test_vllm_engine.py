@@ -1,0 +1,119 @@
+"""The vLLM engine behind the engine protocol, on the tiny offline model (no Ray)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from core.request import Request
+from core.sampling import Sampling
+from core.slo import SLO
+from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
+from wattwise.tiny_model import tiny_engine_config
+
+require_vllm()
+
+from engines.factory import make_engine  # noqa: E402
+from engines.vllm_engine import TensorParallelChangeUnsupported, VllmEngine  # noqa: E402
+
+PROMPT = "Return the number of items in the"
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
+    async def build() -> VllmEngine:
+        return make_engine(tiny_engine_config(tiny_model, batch_limit=4))
+
+    eng = loop.run_until_complete(build())
+    yield eng
+    loop.run_until_complete(eng.shutdown())
+
+
+def _request(engine: VllmEngine, prompt: str, max_tokens: int, rid: str, **sampling) -> Request:
+    return Request(rid, engine.count_tokens(prompt), max_tokens, time.time(), SLO(ttft_s=60, tbt_s=10),
+                   prompt_text=prompt, sampling=Sampling(**{"temperature": 0.0, **sampling}))
+
+
+async def _collect(engine: VllmEngine, request: Request) -> list:
+    return [chunk async for chunk in engine.generate(request)]
+
+
+def test_greedy_stream_matches_hf_reference(engine: VllmEngine, tiny_model: Path, loop) -> None:  # noqa: F811
+    chunks = loop.run_until_complete(_collect(engine, _request(engine, PROMPT, 16, "greedy")))
+    expected = engine.tokenizer.decode(hf_greedy(tiny_model, PROMPT, 16))
+    assert "".join(c.text for c in chunks) == expected
+    assert len(chunks) > 1 and all(c.usage is None for c in chunks[:-1])
+    last = chunks[-1]
+    assert last.finish_reason == "length"
+    assert last.usage.completion_tokens == 16 == sum(c.num_tokens for c in chunks)
+    assert last.usage.prompt_tokens == engine.count_tokens(PROMPT)
+    assert 0 < last.usage.ttft_s <= last.usage.e2e_s
+    assert last.usage.energy_j == 0.0  # no NVML on a CPU: reported as 0, not invented
+
+
+def test_sampling_parameters_reach_vllm(engine: VllmEngine, loop) -> None:
+    greedy = "".join(c.text for c in loop.run_until_complete(_collect(engine, _request(engine, PROMPT, 16, "g2"))))
+    stop = greedy[len(greedy) // 2:][:3]
+    stopped = loop.run_until_complete(_collect(engine, _request(engine, PROMPT, 16, "stop", stop=(stop,))))
+    assert stopped[-1].finish_reason == "stop" and stop not in "".join(c.text for c in stopped)
+    seeded = [
+        "".join(c.text for c in loop.run_until_complete(
+            _collect(engine, _request(engine, PROMPT, 24, f"seed{i}", temperature=1.5, seed=7))))
+        for i in range(2)
+    ]
+    assert seeded[0] == seeded[1] != greedy[:len(seeded[0])]
+
+
+def test_closing_the_stream_aborts_in_vllm(engine: VllmEngine, loop) -> None:
+    async def run() -> tuple[int, int]:
+        stream = engine.generate(_request(engine, PROMPT, 900, "abort"))
+        await stream.__anext__()
+        during = engine.unfinished_in_vllm()
+        await stream.aclose()
+        await asyncio.sleep(0.2)
+        return during, engine.unfinished_in_vllm()
+
+    during, after = loop.run_until_complete(run())
+    assert during == 1 and after == 0
+    assert engine.stats().running_requests == 0 and engine.gate.active == 0
+
+
+def test_admission_limit_is_respected_and_stats_move(engine: VllmEngine, loop) -> None:
+    async def run() -> tuple[int, int, list, int]:
+        engine.set_batch_limit(2)
+        peak_running, peak_queued, samples = 0, 0, []
+        tasks = [asyncio.ensure_future(_collect(engine, _request(engine, PROMPT, 120, f"load{i}"))) for i in range(6)]
+        while not all(t.done() for t in tasks):
+            await asyncio.sleep(0.05)
+            s = engine.stats()
+            assert engine.gate.active <= 2
+            peak_running, peak_queued = max(peak_running, s.running_requests), max(peak_queued, s.queued_requests)
+            samples.append(s)
+        await asyncio.gather(*tasks)
+        return peak_running, peak_queued, samples, sum(len(t.result()) > 0 for t in tasks)
+
+    completed_before = engine.stats().completed_requests
+    peak_running, peak_queued, samples, done = loop.run_until_complete(run())
+    assert done == 6 and peak_running == 2 and peak_queued >= 3
+    assert max(s.kv_blocks_used for s in samples) > 0 and samples[0].kv_blocks_total > 1
+    final = engine.stats()
+    assert final.completed_requests == completed_before + 6
+    assert final.tokens_per_s > 0 and final.itl_ewma_s > 0 and final.ttft_ewma_s > 0
+    assert final.running_requests == 0 and final.kv_blocks_used == 0 and final.batch_limit == 2
+    engine.set_batch_limit(4)
+
+
+def test_tensor_parallel_change_is_refused(engine: VllmEngine) -> None:
+    with pytest.raises(TensorParallelChangeUnsupported, match="shadow"):
+        engine.set_tensor_parallel(2)
