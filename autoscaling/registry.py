@@ -33,6 +33,8 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "dynamollm": make_dynamollm,
     "throttllem": lambda **kw: ThrottllemAutoscaler(ThrottllemScalingConfig(**kw)),
     "chiron": lambda **kw: ChironPolicy(ChironConfig(**kw)),
+    # Splitwise provisions its prompt and token pools once (§IV-D); its work is in routing.
+    "splitwise": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "splitwise"),
 }
 
 

@@ -109,6 +109,13 @@ class AdmissionPolicy(Protocol):
     def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool: ...
 
 
+class PreemptionPolicy(Protocol):
+    """Picks a running sequence to preempt so that `seq` (the head of the waiting queue)
+    can join a full batch, or None to make it wait. Splitwise's mixed replicas plug in here."""
+
+    def victim(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> int | None: ...
+
+
 class ClockPolicy(Protocol):
     """Picks the GPU clock before each step (None: keep it). Rate limiting is its own."""
 
@@ -124,11 +131,13 @@ class ContinuousBatcher:
         config: BatcherConfig = BatcherConfig(),
         admission: AdmissionPolicy | None = None,
         clock_policy: ClockPolicy | None = None,
+        preemption: PreemptionPolicy | None = None,
     ) -> None:
         self.perf = perf
         self.config = config
         self.admission = admission
         self.clock_policy = clock_policy
+        self.preemption = preemption
         self.tensor_parallel = config.tensor_parallel
         self.clock_mhz = config.clock_mhz
         self.batch_limit = config.batch_limit
@@ -161,6 +170,26 @@ class ContinuousBatcher:
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
         self._arrivals.add(now_s, request.length_class)
+        self._enqueue(seq)
+        self.by_id[request.request_id] = seq
+        return seq
+
+    def resume(self, request: Request, prior: Sequence, now_s: float, kv_present: bool) -> Sequence:
+        """Continue a sequence another replica started (Splitwise's prompt -> token hand-off).
+
+        The tokens `prior` emitted stay emitted. With `kv_present` its KV arrived with it and
+        it decodes at once; without (a failed transfer) its context is recomputed first,
+        like a preempted sequence's.
+        """
+        if request.request_id in self.by_id:
+            raise ValueError(f"duplicate request id {request.request_id!r}")
+        seq = Sequence(request=request, enqueued_s=now_s, generated=prior.generated,
+                       first_token_s=prior.first_token_s, last_token_s=prior.last_token_s,
+                       energy_j=prior.energy_j, preemptions=prior.preemptions, max_tbt_s=prior.max_tbt_s)
+        if self._blocks_for(seq.context_tokens + 1) > self.kv_blocks_total:
+            raise ValueError(f"request {request.request_id!r} does not fit the replica's KV cache")
+        seq.prefill_target = seq.context_tokens
+        seq.prefilled = seq.prefill_target if kv_present else 0
         self._enqueue(seq)
         self.by_id[request.request_id] = seq
         return seq
@@ -264,8 +293,15 @@ class ContinuousBatcher:
         self._enqueue(victim, front=True)
         return victim
 
-    def _preempt_batch_for(self, seq: Sequence) -> bool:
-        """Make room for an interactive request by preempting the newest batch one."""
+    def _make_room_for(self, seq: Sequence, now_s: float) -> bool:
+        """Make room for an interactive request by preempting the newest batch one
+        (or the sequence the preemption policy picks)."""
+        if self.preemption is not None:
+            index = self.preemption.victim(seq, self, now_s)
+            if index is None:
+                return False
+            self._preempt(index)
+            return True
         if not self.config.interactive_first or self._is_batch(seq):
             return False
         for index in range(len(self.running) - 1, -1, -1):
@@ -323,15 +359,26 @@ class ContinuousBatcher:
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if len(self.running) >= self.batch_limit:
-                if self._preempt_batch_for(seq):
+                if self._make_room_for(seq, now_s):
                     continue
                 break
             if self.admission is not None and not self.admission.admit(seq, self, now_s):
                 break
+            if not seq.in_prefill:  # resumed with its KV: decodes in this very step
+                if not self._grow(seq, seq.context_tokens + 1):
+                    if self._make_room_for(seq, now_s):
+                        continue
+                    break
+                self.waiting.popleft()
+                self.running.append(seq)
+                decodes.append(seq)
+                decode_context += seq.context_tokens
+                budget -= 1
+                continue
             n = min(seq.prefill_target, budget)
             target_tokens = n + (1 if n == seq.prefill_target else 0)
             if not self._grow(seq, target_tokens):
-                if self._preempt_batch_for(seq):
+                if self._make_room_for(seq, now_s):
                     continue
                 break
             self.waiting.popleft()

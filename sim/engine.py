@@ -27,14 +27,14 @@ from core.policy import ControlPolicy
 from core.request import Request
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
-from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy
+from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
 from sim.workload import Workload
 
-STEP_END, READY, WAKE, CONTROL, SAMPLE = range(5)
+STEP_END, READY, WAKE, CONTROL, SAMPLE, CALL = range(6)
 
 # Builds a new replica's admission and clock policies (e.g. throttLL'eM's) for its batcher.
 BatcherPolicies = Callable[[PerfModel, BatcherConfig], tuple[AdmissionPolicy | None, ClockPolicy | None]]
@@ -63,9 +63,12 @@ class PoolSetup:
     batcher_policies: BatcherPolicies | None = None
     # Chiron: "interactive", "mixed" or "batch" pools route by service class instead of
     # length class; batch requests wait in one global queue for spare capacity.
+    # Splitwise: "prompt" or "token" pools, routed by phase (sim/splitwise.py).
     kind: str | None = None
     # Chiron's local autoscaler sets each replica's batch limit (Algorithm 1).
     local_autoscaler: LocalAutoscalerConfig | None = None
+    # Per-step token budget of its replicas (Splitwise's prompt pool: 2048); None: SimConfig's.
+    max_batched_tokens: int | None = None
 
 
 class Pool:
@@ -133,11 +136,12 @@ class Simulator:
         self.gpus_in_use = 0
         self.stopped_energy_j = 0.0
         self.unfinished = len(workload)
-        self._heap: list[tuple[float, int, int, SimReplica | None]] = []
+        # The last field is the event's replica, or for CALL a function of the time.
+        self._heap: list[tuple[float, int, int, SimReplica | Callable[[float], None] | None]] = []
         self._seq = 0
 
     # ---- events ----------------------------------------------------------------
-    def _push(self, t: float, kind: int, replica: SimReplica | None = None) -> None:
+    def _push(self, t: float, kind: int, replica: SimReplica | Callable[[float], None] | None = None) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, replica))
 
@@ -172,6 +176,8 @@ class Simulator:
                 self._kick(replica, now)
             elif kind == READY:
                 self._ready(replica, now)
+            elif kind == CALL:
+                replica(now)
             elif kind == CONTROL:
                 self._control(now)
                 self._push(now + self.config.control_interval_s, CONTROL)
@@ -272,15 +278,18 @@ class Simulator:
     def _step_end(self, r: SimReplica, now: float) -> None:
         out = r.batcher.finish_step(r.step)
         r.step = None
-        log = self.log
         for seq in out.finished:
-            log.finish(int(seq.request.request_id), seq)
-            if seq.request.service_class == "batch":
-                self.output_lengths.observe(seq.generated)
-        self.unfinished -= len(out.finished)
+            self._complete(r, seq, now)
         if self.batch_queue and out.finished:
             self._drain_batch_queue(now)
         self._kick(r, now)
+
+    def _complete(self, r: SimReplica, seq: Sequence, now: float) -> None:
+        """A sequence finished on replica `r`: record the request as done."""
+        self.log.finish(int(seq.request.request_id), seq)
+        if seq.request.service_class == "batch":
+            self.output_lengths.observe(seq.generated)
+        self.unfinished -= 1
 
     # ---- replicas --------------------------------------------------------------
     def _start_replica(self, pool: Pool, now: float, delay_s: float) -> bool:
@@ -308,7 +317,7 @@ class Simulator:
         batcher = r.become_ready(BatcherConfig(
             tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
             batch_limit=r.local_autoscaler.limit if local else pool.batch_limit or cfg.batch_limit,
-            max_batched_tokens=cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed",
+            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed",
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)

@@ -9,7 +9,7 @@ from typing import Any
 from sim.config import SimConfig
 from sim.engine import RawRun, Simulator
 from sim.metrics import summarise
-from sim.scenario import build
+from sim.scenario import SIMULATORS, build
 from sim.workload import Workload
 
 
@@ -19,7 +19,7 @@ def simulate(
 ) -> tuple[dict[str, Any], RawRun]:
     pools, controller = build(policy, w, config)
     started = time.perf_counter()
-    raw = Simulator(w, controller, pools, config, on_progress=on_progress).run()
+    raw = SIMULATORS.get(policy, Simulator)(w, controller, pools, config, on_progress=on_progress).run()
     wall_s = time.perf_counter() - started
     summary = {"policy": policy, **summarise(raw, config), "wall_s": wall_s}
     if hasattr(controller, "hysteresis"):  # Chiron counts its scaling actions

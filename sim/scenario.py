@@ -21,11 +21,14 @@ from autoscaling.registry import make_policy
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from autoscaling.chiron.local import LocalAutoscalerConfig
+from autoscaling.splitwise.config import SplitwiseConfig
+from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
 from core.classes import LengthClassConfig
 from core.policy import ControlPolicy
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
-from sim.engine import PoolSetup
+from sim.engine import PoolSetup, Simulator
+from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
 MAX_TP = 8
@@ -49,7 +52,10 @@ SPECS: dict[str, PolicySpec] = {
     "dynamollm": PolicySpec("by_class", app_tp=False, pool_plan_args=False),
     "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False),
     "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
+    "splitwise": PolicySpec("by_phase", app_tp=False, pool_plan_args=True),
 }
+# Policies whose request path needs more than the base simulator.
+SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
 DEFAULT_SPEC = PolicySpec("by_input", app_tp=True, pool_plan_args=False)
 
 
@@ -114,16 +120,41 @@ def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> 
     ]
 
 
+def splitwise_pools(
+    w: Workload, config: SimConfig, lengths: LengthClassConfig, prompt: int | None = None,
+    token: int | None = None, token_clock_mhz: float | None = None,
+    splitwise: SplitwiseConfig = SplitwiseConfig(),
+) -> list[PoolSetup]:
+    """Splitwise's prompt and token pools at TP8: the given sizes, else sized for the peak
+    window; `token_clock_mhz` models a power-capped token pool (Splitwise-HHcap)."""
+    perf = default_perf_model(config.model, config.hardware)
+    cap = CapacityModel(perf)
+    clock = float(perf.gpu.max_clock_mhz)
+    token_clock = token_clock_mhz or clock
+    load = peak_load(w, np.ones(len(w), dtype=bool), config.provision_window_s)
+    tbt = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+    everything = tuple(LengthClassConfig.names())
+    return [
+        PoolSetup("pool-prompt", everything, MAX_TP, clock, prompt or prompt_replicas(cap, MAX_TP, clock, load),
+                  kind="prompt", max_batched_tokens=splitwise.prompt_batch_tokens),
+        PoolSetup("pool-token", everything, MAX_TP, token_clock,
+                  token or token_replicas(cap, MAX_TP, token_clock, load, tbt), kind="token"),
+    ]
+
+
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
 ) -> tuple[list[PoolSetup], ControlPolicy]:
     spec = SPECS.get(name, DEFAULT_SPEC)
     if spec.layout == "by_kind":
         return chiron_pools(w, config, lengths), make_policy(name)
-    pools = layout(spec.layout)
-    if not spec.app_tp:
-        pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
-    setups = provision(w, pools, config, lengths)
+    if spec.layout == "by_phase":
+        setups = splitwise_pools(w, config, lengths)
+    else:
+        pools = layout(spec.layout)
+        if not spec.app_tp:
+            pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
+        setups = provision(w, pools, config, lengths)
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)

@@ -109,6 +109,7 @@ BENCHES = {
     "dynamollm": "bench.dynamollm:main",
     "chiron": "bench.chiron:main",
     "throttllem": "bench.throttllem:main",
+    "splitwise": "bench.splitwise:main",
 }
 
 

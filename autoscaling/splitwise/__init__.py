@@ -1,0 +1,1 @@
+"""Splitwise (004): prompt/token/mixed pools, JSQ on pending tokens, machine-level schedulers."""

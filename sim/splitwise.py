@@ -1,0 +1,121 @@
+"""The simulator with Splitwise's phase split: prompt on one replica, KV over the link,
+tokens on another.
+
+A request's first token comes from its prompt replica (the request runs there with
+one output token); its KV then travels (energy/kv_transfer.py) and the token replica
+resumes the sequence with the KV present. A failed transfer is noticed after a
+timeout and the token replica recomputes the prompt instead. Both replicas charge
+their own energy; the request's energy is the sum of its two phases.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import replace
+from functools import partial
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaling.splitwise.config import SplitwiseConfig
+from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
+from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
+from core.request import Request
+from energy.kv_transfer import KVTransferConfig, KVTransferModel
+from engines.batching import Sequence
+from sim.engine import CALL, Simulator
+from sim.replica import SimReplica, State
+
+
+class SplitwiseSimConfig(BaseModel):
+    """The phase split's settings in the simulator, failure injection included."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scheduling: SplitwiseConfig = SplitwiseConfig()
+    transfer: KVTransferConfig = KVTransferConfig()
+    transfer_failure_prob: float = Field(default=0.0, ge=0, le=1)
+    transfer_timeout_s: float = Field(default=1.0, gt=0)
+    seed: int = 0
+
+
+class SplitwiseSimulator(Simulator):
+    def __init__(self, *args, splitwise: SplitwiseSimConfig = SplitwiseSimConfig(), **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.splitwise = splitwise
+        self.scheduler = SplitwiseScheduler(splitwise.scheduling)
+        self.transfer = KVTransferModel(self.perf.model, splitwise.transfer)
+        self.rng = np.random.default_rng(splitwise.seed)
+        self.transfers: Counter[str] = Counter()
+        self._token_phase: dict[str, tuple[Request, Placement]] = {}
+
+    def _ready(self, r: SimReplica, now: float) -> None:
+        super()._ready(r, now)
+        if r.state is not State.READY:
+            return
+        sched = self.splitwise.scheduling
+        r.batcher.preemption = AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)
+        home = PROMPT if self.pools[r.pool].setup.kind == "prompt" else TOKEN
+        if home is TOKEN:
+            r.batcher.admission = KvHeadroomAdmission(sched.token_kv_headroom)
+        self.scheduler.add_replica(r.replica_id, home)
+
+    def _stop(self, r: SimReplica, now: float) -> None:
+        super()._stop(r, now)
+        self.scheduler.remove_replica(r.replica_id)
+
+    def _arrive_by_kind(self, i: int, request: Request, now: float) -> None:
+        out = request.predicted_output_tokens or request.output_tokens_to_generate
+        assignment = self.scheduler.assign(request.prompt_tokens, out, now)
+        prompt_replica = self.all_replicas[assignment.prompt.replica_id]
+        self.log.pool[i] = self.pools[prompt_replica.pool].index
+        self._token_phase[request.request_id] = (request, assignment.token)
+        prompt_phase = replace(request, max_tokens=1, target_output_tokens=1)
+        try:
+            prompt_replica.batcher.add(prompt_phase, now)
+        except ValueError:  # larger than the replica's whole KV cache
+            self._reject(i)
+            self._token_phase.pop(request.request_id)
+            self.scheduler.finished(assignment.prompt.replica_id, PROMPT)
+            self.scheduler.finished(assignment.token.replica_id, TOKEN)
+            self.scheduler.ledger.land(assignment.prompt.ticket)
+            self.scheduler.ledger.land(assignment.token.ticket)
+            return
+        self.scheduler.ledger.land(assignment.prompt.ticket)
+        self._kick(prompt_replica, now)
+
+    def _complete(self, r: SimReplica, seq: Sequence, now: float) -> None:
+        pending = self._token_phase.pop(seq.request_id, None)
+        if pending is None:  # a token phase finished: the request is done
+            self.scheduler.finished(r.replica_id, TOKEN)
+            super()._complete(r, seq, now)
+            return
+        self.scheduler.finished(r.replica_id, PROMPT)
+        request, token = pending
+        if seq.generated >= request.output_tokens_to_generate:  # a one-token answer needs no token phase
+            self.scheduler.finished(token.replica_id, TOKEN)
+            self.scheduler.ledger.land(token.ticket)
+            super()._complete(r, seq, now)
+            return
+        prefill_s = self.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp, r.clock_mhz)
+        plan = self.transfer.plan(request.prompt_tokens, r.tp, prefill_s)
+        failed = bool(self.rng.random() < self.splitwise.transfer_failure_prob)
+        self.transfers["layerwise" if plan.layerwise else "serialized"] += 1
+        self.transfers["failed"] += failed
+        delay = self.splitwise.transfer_timeout_s if failed else plan.visible_s
+        self._push(now + delay, CALL, partial(self._land, request, seq, token, not failed))
+
+    def _land(self, request: Request, prior: Sequence, token: Placement, kv_present: bool, now: float) -> None:
+        """The KV arrived (or the transfer timed out): the token replica takes over."""
+        r = self.all_replicas[token.replica_id]
+        r.batcher.resume(request, prior, now, kv_present)
+        self.scheduler.ledger.land(token.ticket)
+        self._kick(r, now)
+
+    def _control(self, now: float) -> None:
+        for r in self.all_replicas:
+            if r.state is State.READY:
+                stats = r.batcher.stats(now)
+                self.scheduler.ledger.report(r.replica_id, stats.pending_prompt_tokens + stats.pending_decode_tokens)
+        self.scheduler.rebalance(now)
+        super()._control(now)
