@@ -36,6 +36,7 @@ class Sequence:
     preemptions: int = 0
     max_tbt_s: float = 0.0
     aborted: bool = False
+    preempted_here: bool = False  # waiting again on this replica after a preemption
     output_target: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -194,6 +195,17 @@ class ContinuousBatcher:
         self.by_id[request.request_id] = seq
         return seq
 
+    def evict(self, request_id: str) -> Sequence:
+        """Take a waiting sequence out to run elsewhere (Chiron: a preempted batch request
+        goes back to the global queue); its tokens so far travel with it."""
+        seq = self.by_id[request_id]
+        if seq in self.running:
+            raise ValueError(f"request {request_id!r} is running; only waiting ones can leave")
+        self.waiting.remove(seq)
+        self._free(seq)
+        del self.by_id[request_id]
+        return seq
+
     def _is_batch(self, seq: Sequence) -> bool:
         return self.config.interactive_first and seq.request.service_class == "batch"
 
@@ -289,6 +301,7 @@ class ContinuousBatcher:
         victim.prefilled = 0
         victim.prefill_target = victim.context_tokens
         victim.preemptions += 1
+        victim.preempted_here = True
         self.preemptions += 1
         self._enqueue(victim, front=True)
         return victim

@@ -123,6 +123,7 @@ class Simulator:
         self.router = WeightedRouter()
         self.kinds = {p.kind: self.pools[p.name] for p in pools if p.kind}
         self.batch_queue: deque[Request] = deque()
+        self.preempted: dict[str, Sequence] = {}  # batch requests back in the queue, with their tokens
         self.output_lengths = OutputLengthStats()
         self.on_progress = on_progress
         self.log = RequestLog(len(workload))
@@ -233,6 +234,13 @@ class Simulator:
     def _has_room(pool: Pool) -> bool:
         return any(r.state is State.READY and r.load < r.batcher.batch_limit for r in pool.replicas)
 
+    def _requeue_preempted_batch(self, r: SimReplica) -> None:
+        """Chiron: batch requests an interactive one preempted on a mixed replica go back
+        to the global queue (first in it), to run wherever capacity frees up."""
+        for seq in [s for s in r.batcher.waiting if s.request.service_class == "batch" and s.preempted_here]:
+            self.preempted[seq.request_id] = r.batcher.evict(seq.request_id)
+            self.batch_queue.appendleft(seq.request)
+
     def _drain_batch_queue(self, now: float) -> None:
         for kind in ("batch", "mixed"):
             pool = self.kinds.get(kind)
@@ -251,8 +259,12 @@ class Simulator:
         if best is None:
             pool.outside.append(request)
             return
+        prior = self.preempted.pop(request.request_id, None)
         try:
-            best.batcher.add(request, now)
+            if prior is None:
+                best.batcher.add(request, now)
+            else:  # resumes from its tokens: their KV is recomputed, none is emitted twice
+                best.batcher.resume(request, prior, now, kv_present=False)
         except ValueError:  # larger than the replica's whole KV cache
             self._reject(int(request.request_id))
             return
@@ -280,6 +292,8 @@ class Simulator:
         r.step = None
         for seq in out.finished:
             self._complete(r, seq, now)
+        if self.pools[r.pool].setup.kind == "mixed":
+            self._requeue_preempted_batch(r)
         if self.batch_queue and out.finished:
             self._drain_batch_queue(now)
         self._kick(r, now)

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from autoscaling.baselines import PoolPlanConfig, StaticPolicy
+from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
 from core.view import ClusterView
 from sim.config import SimConfig
@@ -117,3 +118,27 @@ def test_baselines_ordered_as_the_seeds_report(conv_window):
     assert energy["scaleshard"] < energy["multipool"]
     for policy in ("scalefreq", "scaleshard"):
         assert runs[policy]["slo_attainment"]["overall"] >= 0.95, policy
+
+
+def test_chiron_returns_preempted_batch_requests_to_the_global_queue():
+    """Interactive bursts preempt batch work on mixed replicas; the preempted requests go
+    back to the global queue and still finish exactly once with all their tokens."""
+    from sim.workload import batch_dump, synthetic
+
+    rng = np.random.default_rng(3)
+    base = fit_context(synthetic(12.0, 120.0, rng, lengths_from=load_trace("conv")), 8192)
+    w = fit_context(batch_dump(base, 400, 5.0, rng), 8192)
+    from dataclasses import replace
+
+    from autoscaling.chiron.local import LocalAutoscalerConfig
+    from autoscaling.registry import make_policy
+    from sim.scenario import chiron_pools
+
+    # Batch limits pinned at 8 so the mixed replicas fill with batch work and interactive
+    # overflow has to preempt it.
+    fixed = LocalAutoscalerConfig(initial_batch=8, min_batch=8, max_batch=8)
+    pools = [replace(p, local_autoscaler=fixed) for p in chiron_pools(w, CONFIG, LengthClassConfig())]
+    raw = Simulator(w, make_policy("chiron"), pools, CONFIG).run()
+    assert raw.log.done.all() and not raw.log.rejected.any()
+    assert (raw.log.output_tokens == w.output_tokens).all()
+    assert raw.log.preemptions[~w.interactive].sum() > 0  # the path was exercised
