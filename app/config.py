@@ -66,6 +66,9 @@ class ApiKey(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
     tenant: str
     service_class: str = "interactive"
+    # Per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.
+    requests_per_s: float | None = Field(default=None, gt=0)
+    tokens_per_s: float | None = Field(default=None, gt=0)
 
 
 def hash_key(key: str) -> str:
@@ -102,6 +105,8 @@ class AppConfig(BaseModel):
     # Empty: no auth, the service class comes from the X-Service-Class header.
     api_keys: list[ApiKey] = Field(default_factory=list)
     default_max_tokens: int = Field(default=256, gt=0)
+    # Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).
+    rate_limit_burst_s: float = Field(default=5.0, gt=0)
     # Concurrent HTTP requests per ingress replica; Serve's default of 5 would queue
     # streams behind each other at the proxy.
     ingress_max_ongoing_requests: int = Field(default=2048, gt=0)

@@ -33,6 +33,7 @@ from app.openai_api import (
 from app.predictor_config import make_predictor
 from app.prompt_tokenizer import prompt_tokenizer
 from app.sampling import sampling_of
+from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter
 from deployments.metrics import IngressMetrics
 from deployments.plan_store import follow_plan
@@ -98,6 +99,8 @@ class Ingress:
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
         self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
         self.keys = {k.sha256: k for k in self.config.api_keys}
+        self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in self.config.api_keys},
+                                     self.config.rate_limit_burst_s)
         self.metrics = IngressMetrics()
         self.router = WeightedRouter()
         self.app_name = serve.get_replica_context().app_name
@@ -148,6 +151,7 @@ class Ingress:
             body = await self._parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant, service_class, arrival_s)
+                self._check_rate(tenant, request.prompt_tokens + request.max_tokens)
                 pool = self.router.pick(request.length_class, pool, allowed=set(self.pools))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
@@ -292,6 +296,12 @@ class Ingress:
             return result
         except APIError as err:
             return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+    def _check_rate(self, tenant: str, tokens: int) -> None:
+        wait_s = self.limiter.retry_after_s(tenant, tokens, time.monotonic())
+        if wait_s is not None:
+            raise APIError(429, f"Rate limit reached for tenant {tenant!r}; retry in {wait_s:.1f} s.", "requests",
+                           code="rate_limit_exceeded", retry_after_s=wait_s)
 
     def _authenticate(self, http: HTTPRequest) -> tuple[str, str]:
         requested = http.headers.get(SERVICE_CLASS_HEADER)

@@ -11,6 +11,7 @@ from wattwise.local_serve import LocalServe
 
 INTERACTIVE_KEY = "sk-test-interactive"
 BATCH_KEY = "sk-test-batch"
+LIMITED_KEY = "sk-test-limited"
 
 
 def _test_config(config: dict[str, Any]) -> None:
@@ -21,6 +22,7 @@ def _test_config(config: dict[str, Any]) -> None:
     app["args"]["api_keys"] = [
         {"sha256": hash_key(INTERACTIVE_KEY), "tenant": "acme", "service_class": "interactive"},
         {"sha256": hash_key(BATCH_KEY), "tenant": "acme-batch", "service_class": "batch"},
+        {"sha256": hash_key(LIMITED_KEY), "tenant": "small", "requests_per_s": 0.2},  # burst of 1 request
     ]
     for pool in app["args"]["pools"]:
         pool["autoscaling"]["max_replicas"] = 3

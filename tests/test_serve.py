@@ -8,7 +8,7 @@ import httpx
 import openai
 import pytest
 
-from tests.conftest import BATCH_KEY, INTERACTIVE_KEY
+from tests.conftest import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -175,3 +175,15 @@ def test_autoscaling_raises_and_lowers_replicas(served: LocalServe) -> None:
         task_loop.close()
     assert peak >= 2
     _wait_for(lambda: _replicas(served, "pool-short") == 1, 90, "scale back down to 1")
+
+
+def test_rate_limited_tenant_gets_429_with_retry_after(served: LocalServe) -> None:
+    body = json.dumps({"model": MODEL, "prompt": "hi", "max_tokens": 2})
+    assert _post(served, body, key=LIMITED_KEY).status_code == 200
+    refused = _post(served, body, key=LIMITED_KEY)
+    assert refused.status_code == 429 and refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert 1 <= int(refused.headers["retry-after"]) <= 5
+    with pytest.raises(openai.RateLimitError):
+        _client(served, LIMITED_KEY).completions.create(model=MODEL, prompt="hi", max_tokens=2)
+    # Other tenants are not affected.
+    assert _post(served, body).status_code == 200
