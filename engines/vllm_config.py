@@ -6,9 +6,10 @@ maps onto one vLLM engine argument or one environment variable vLLM reads at sta
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class KvTransferConfig(BaseModel):
@@ -52,6 +53,12 @@ class VllmEngineConfig(BaseModel):
     distributed_executor_backend: Literal["uni", "mp", "ray"] | None = None
     seed: int = 0
     kv_transfer: KvTransferConfig | None = None
+
+    @field_validator("model", "tokenizer")
+    @classmethod
+    def _expand_home(cls, path: str | None) -> str | None:
+        """Configs name prepared models under ~ (wattwise prepare-model); vLLM does not expand it."""
+        return None if path is None else os.path.expanduser(path)
 
     @property
     def executor_backend(self) -> str:

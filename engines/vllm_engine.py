@@ -28,7 +28,7 @@ from engines.vllm_stats import VllmStatsTracker
 logger = logging.getLogger(__name__)
 
 
-def _set_vllm_env(config: VllmEngineConfig) -> None:
+def set_vllm_env(config: VllmEngineConfig) -> None:
     """Environment vLLM reads at import and start; values already set by the operator win."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{config.cpu_kvcache_space_gib:g}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -64,7 +64,7 @@ class TensorParallelChangeUnsupported(RuntimeError):
 
 class VllmEngine:
     def __init__(self, config: VllmEngineConfig) -> None:
-        _set_vllm_env(config)
+        set_vllm_env(config)
         from transformers import AutoTokenizer
         from vllm.v1.engine.async_llm import AsyncLLM
 

