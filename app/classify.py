@@ -38,8 +38,10 @@ class Classifier:
         arrival_s: float,
         tenant: str = "default",
         target_output_tokens: int | None = None,
+        slo_override: Mapping[str, float] | None = None,
     ) -> tuple[Request, str]:
-        """Return the request and the name of the pool that should serve it."""
+        """Return the request and the name of the pool that should serve it. A tenant's own
+        targets (`slo_override`: ttft_s / tbt_s from its API key) are final."""
         service = self.services.get(service_class)
         if service is None:
             raise UnknownServiceClass(
@@ -49,6 +51,8 @@ class Classifier:
         slo = service.slo
         if service.tighten_with_length_class:
             slo = slo.tightest(self.lengths.slo(length_class))
+        if slo_override:
+            slo = slo.model_copy(update=dict(slo_override))
         request = Request(
             request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens,
             arrival_s=arrival_s, slo=slo, service_class=service_class, length_class=length_class,

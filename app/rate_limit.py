@@ -17,18 +17,24 @@ class TokenBucket:
     level: float = -1.0  # full on first use
     updated_s: float = 0.0
 
-    def wait_s(self, amount: float, now_s: float) -> float:
-        """0 if `amount` can be taken now (and takes it), else seconds until it could."""
+    def shortfall_s(self, amount: float, now_s: float) -> float:
+        """0 if `amount` could be taken now, else seconds until it could (takes nothing)."""
         if self.level < 0:
             self.level, self.updated_s = self.capacity, now_s
         self.level = min(self.capacity, self.level + (now_s - self.updated_s) * self.rate_per_s)
         self.updated_s = now_s
         if amount <= self.level:
-            self.level -= amount
             return 0.0
         if amount > self.capacity:  # never fits: as long as a full refill
             return self.capacity / self.rate_per_s
         return (amount - self.level) / self.rate_per_s
+
+    def wait_s(self, amount: float, now_s: float) -> float:
+        """0 if `amount` can be taken now (and takes it), else seconds until it could."""
+        wait = self.shortfall_s(amount, now_s)
+        if wait == 0:
+            self.level -= amount
+        return wait
 
 
 class TenantLimiter:
@@ -45,9 +51,12 @@ class TenantLimiter:
             self._buckets[tenant] = buckets
 
     def retry_after_s(self, tenant: str, tokens: int, now_s: float) -> float | None:
-        """None if the request may go ahead; else how long the client should wait."""
-        for bucket, counts_tokens in self._buckets.get(tenant, []):
-            wait = bucket.wait_s(tokens if counts_tokens else 1, now_s)
-            if wait > 0:
-                return wait
+        """None if the request may go ahead (and it is charged to every bucket); else how
+        long the client should wait. A refused request is charged to no bucket."""
+        buckets = [(bucket, tokens if counts_tokens else 1) for bucket, counts_tokens in self._buckets.get(tenant, [])]
+        wait = max((bucket.shortfall_s(amount, now_s) for bucket, amount in buckets), default=0.0)
+        if wait > 0:
+            return wait
+        for bucket, amount in buckets:
+            bucket.wait_s(amount, now_s)
         return None

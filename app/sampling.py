@@ -26,7 +26,7 @@ def _number(extra: dict[str, Any], name: str, default: float, lo: float, hi: flo
 
 
 def sampling_of(body: Any) -> Sampling:
-    extra = body.model_extra or {}
+    extra = dict(body)  # the declared fields (app.openai_api) and any unknown ones
     stop = extra.get("stop")
     stops = (stop,) if isinstance(stop, str) else tuple(stop or ())
     if len(stops) > MAX_STOP_SEQUENCES or not all(isinstance(s, str) and s for s in stops):

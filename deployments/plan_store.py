@@ -26,6 +26,9 @@ class PlanStore:
     def __init__(self) -> None:
         self.version = 0
         self.plan: dict[str, Any] | None = None
+        # An operator's settings (POST /admin/clocks): plan field -> {deployment: value},
+        # layered over every published plan until cleared.
+        self.overrides: dict[str, dict[str, Any]] = {}
 
     def publish(self, plan: dict[str, Any]) -> int:
         if plan != self.plan:
@@ -33,9 +36,31 @@ class PlanStore:
             self.version += 1
         return self.version
 
+    def override(self, field: str, deployment: str, value: Any | None) -> int:
+        """Pin `field` (e.g. clock_mhz) of one deployment; None removes the pin."""
+        layer = self.overrides.setdefault(field, {})
+        if value is None:
+            layer.pop(deployment, None)
+        else:
+            layer[deployment] = value
+        self.version += 1
+        return self.version
+
+    def effective(self) -> dict[str, Any] | None:
+        """The published plan with the operator's overrides on top."""
+        if not any(self.overrides.values()):
+            return self.plan
+        plan = dict(self.plan or {})
+        for field, layer in self.overrides.items():
+            plan[field] = {**plan.get(field, {}), **layer}
+        return plan
+
     def get(self, known_version: int = -1) -> tuple[int, dict[str, Any] | None]:
         """The plan if newer than `known_version` (else None, to keep replies small)."""
-        return self.version, (self.plan if self.version != known_version else None)
+        return self.version, (self.effective() if self.version != known_version else None)
+
+    def admin_view(self) -> dict[str, Any]:
+        return {"version": self.version, "plan": self.plan, "overrides": self.overrides}
 
 
 def plan_store(app_name: str):

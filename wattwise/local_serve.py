@@ -7,6 +7,7 @@ exercise the same `serve run CONFIG` path users take.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -15,11 +16,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import yaml
 
+from app.config import hash_key
 from wattwise.paths import SERVE_CONFIG
 
 
@@ -41,7 +43,8 @@ def _bin(name: str) -> str:
 class LocalServe:
     """A Ray head on this machine running the wattwise app; use as a context manager.
 
-    `edit` receives the parsed serve config and may change it (ports are set here)."""
+    `edit` receives the parsed serve config and may change it (ports are set here). The
+    app gets one more admin key, random per run (`admin_key`), for /admin/* calls here."""
 
     def __init__(
         self,
@@ -62,6 +65,10 @@ class LocalServe:
         config.setdefault("http_options", {}).update({"host": "127.0.0.1", "port": self.http_port})
         if edit is not None:
             edit(config)
+        self.admin_key = f"sk-admin-{secrets.token_urlsafe(24)}"
+        for app in config.get("applications", []):
+            app.setdefault("args", {}).setdefault("admin_keys", []).append(
+                {"sha256": hash_key(self.admin_key), "name": "local-serve"})
         self.config = config
         self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
@@ -100,23 +107,31 @@ class LocalServe:
         self.stop()
         raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
 
+    @property
+    def admin_headers(self) -> dict[str, str]:
+        return {"authorization": f"Bearer {self.admin_key}"}
+
+    def admin(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """Call an /admin/* endpoint with this run's admin key."""
+        return httpx.request(method, f"{self.base_url}{path}", headers=self.admin_headers, timeout=30, **kwargs)
+
     def pool_replicas(self) -> dict[str, int]:
         """Running replicas per pool deployment, from the ingress's /admin/pools."""
-        status = httpx.get(f"{self.base_url}/admin/pools", timeout=10).json()
-        return {pool: info["replicas"].get("RUNNING", 0) for pool, info in status.items()}
+        response = self.admin("GET", "/admin/pools")
+        response.raise_for_status()
+        return {pool: info["replicas"].get("RUNNING", 0) for pool, info in response.json().items()}
 
     def _all_pools_running(self) -> bool:
         """Every pool deployment has reached its target (which may be zero replicas)."""
         try:
-            status = httpx.get(f"{self.base_url}/admin/pools", timeout=10).json()
-            return bool(status) and all("HEALTHY" in info["status"] for info in status.values())
-        except (httpx.HTTPError, ValueError):
+            return httpx.get(f"{self.base_url}/health/ready", timeout=10).status_code == 200
+        except httpx.HTTPError:
             return False
 
     def stop(self) -> None:
-        subprocess.run([_bin("ray"), "stop", "--force"], env=self.env, capture_output=True, timeout=120)
+        subprocess.run([_bin("ray"), "stop", "--force"], env=self.env, capture_output=True, timeout=120, check=False)
 
-    def __enter__(self) -> LocalServe:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

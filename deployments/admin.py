@@ -1,0 +1,61 @@
+"""What the admin endpoints report that the ingress does not hold itself.
+
+The autoscaling policy (and with it any energy profile) runs in the Serve controller,
+configured by serve_config.yaml's `autoscaling_policy`; the ingress reads that config
+back from the controller rather than keeping a second copy that could drift.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ray import serve
+
+from energy.profile import EnergyProfile
+
+POOL_NAME = r"^(pool-)?[a-z][a-z0-9_-]{0,30}$"
+
+
+class ClockRequest(BaseModel):
+    """POST /admin/clocks: pin a pool's GPU clock (None: back to the controller's choice)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    pool: str = Field(pattern=POOL_NAME, description="pool name (short) or deployment (pool-short)")
+    clock_mhz: int | None = Field(ge=1, le=10_000, description="within the pool GPU's clock range; null unpins")
+
+
+class DrainRequest(BaseModel):
+    """POST /admin/drain: stop (or resume) routing new requests to a pool."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    pool: str = Field(pattern=POOL_NAME)
+    drain: bool = True
+
+
+def deployed_policy(app_name: str) -> dict[str, Any]:
+    """policy_kwargs of the app's autoscaling policy as deployed ({} if none)."""
+    # Serve has no public call for an app's deployed config; the controller client's
+    # details are what `serve status` and the dashboard show.
+    client = serve.context._get_global_client()
+    app = client.get_serve_details().get("applications", {}).get(app_name) or {}
+    policy = (app.get("deployed_app_config") or {}).get("autoscaling_policy") or {}
+    return dict(policy.get("policy_kwargs") or {})
+
+
+def profiles_in_use(policy_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The energy profiles the policy plans with: a summary of each, not its points."""
+    if policy_kwargs.get("policy") != "dynamollm":  # the only policy that reads profiles
+        return []
+    path = policy_kwargs.get("profile_path")
+    if path is None:
+        return [{"policy": "dynamollm", "source": "built from the performance model",
+                 "model": policy_kwargs.get("model", "llama2-70b"),
+                 "hardware": policy_kwargs.get("hardware", "h100-80gb")}]
+    profile = EnergyProfile.load(Path(path).expanduser())
+    return [{"policy": "dynamollm", "source": str(path), "model": profile.model, "hardware": profile.hardware,
+             "length_classes": profile.classes, "tensor_parallel": profile.tensor_parallel_degrees,
+             "clocks_mhz": profile.clocks_mhz, "points": len(profile.points)}]
