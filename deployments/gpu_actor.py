@@ -32,7 +32,10 @@ class GpuControlActor:
         return [self.governor.set_clock(i, clock_mhz, now) for i in indices]
 
     def energy_j(self, indices: list[int]) -> float:
-        return sum(self.governor.gpus.energy_j(i) for i in indices)
+        """Energy of the GPUs that could be read; one that fails is reset to default clocks."""
+        now = time.monotonic()
+        readings = (self.governor.energy_j(i, now) for i in indices)
+        return sum(j for j in readings if j is not None)
 
     def changes(self) -> list[tuple[float, int, int, int | None, str]]:
         return [(c.at_s, c.index, c.requested_mhz, c.applied_mhz, c.note) for c in self.governor.history]

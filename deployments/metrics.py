@@ -47,6 +47,13 @@ class ReplicaMetrics:
         self.kv = metrics.Gauge("wattwise_kv_cache_usage_ratio", "Share of KV blocks in use.", ("pool",))
         self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
+        self.refused = metrics.Counter(
+            "wattwise_requests_refused_total", "Requests the replica refused: shed at arrival or squashed.",
+            ("pool", "reason"),
+        )
+
+    def record_refusal(self, reason: str) -> None:
+        self.refused.inc(1, {"pool": self.pool, "reason": reason})
 
     def record_request(self, length_class: str, service_class: str, usage: RequestUsage, finish_reason: str) -> None:
         tags = {"pool": self.pool, "length_class": length_class, "service_class": service_class}
@@ -71,11 +78,41 @@ class ReplicaMetrics:
         self.waiting.set(stats.queued_requests, tags)
 
 
+OUTCOMES = ("completed", "error_retryable", "error_final", "cancelled")
+
+
 class IngressMetrics:
+    """HTTP responses, plus the fate of every accepted request: each one accepted ends in
+    exactly one outcome (accepted == sum of outcomes once nothing is in flight)."""
+
     def __init__(self) -> None:
         self.responses = metrics.Counter(
             "wattwise_http_responses_total", "HTTP responses by route and status.", ("route", "status")
         )
+        self.accepted_requests = metrics.Counter(
+            "wattwise_requests_accepted_total", "Requests past validation, sent to a pool.", ("route",)
+        )
+        self.outcomes = metrics.Counter(
+            "wattwise_request_outcomes_total",
+            "Accepted requests by outcome: completed, error_retryable, error_final, cancelled (client left).",
+            ("route", "outcome"),
+        )
+        self.retries = metrics.Counter(
+            "wattwise_request_retries_total", "Requests retried or resumed after a replica failed.", ("pool",)
+        )
+        self.counts: dict[str, int] = dict.fromkeys(("accepted", "retries", *OUTCOMES), 0)
 
     def record(self, route: str, status: int) -> None:
         self.responses.inc(1, {"route": route, "status": str(status)})
+
+    def accepted(self, route: str) -> None:
+        self.counts["accepted"] += 1
+        self.accepted_requests.inc(1, {"route": route})
+
+    def outcome(self, route: str, outcome: str) -> None:
+        self.counts[outcome] += 1
+        self.outcomes.inc(1, {"route": route, "outcome": outcome})
+
+    def retried(self, pool: str) -> None:
+        self.counts["retries"] += 1
+        self.retries.inc(1, {"pool": pool})

@@ -1,8 +1,10 @@
 """Safe clock changes: clamp to supported values, rate-limit, record, restore.
 
 Every change costs ~50-200 ms of stalled iterations, so a governor refuses changes
-closer together than `min_interval_s` per GPU and skips no-op changes. On any error
-it resets the GPU's clocks to the driver default (fail static to max performance).
+closer together than `min_interval_s` per GPU and skips no-op changes. On any NVML
+error (a lock, or a read through `energy_j`) it resets the GPU's clocks to the driver
+default (fail static to max performance) and keeps them there for `hold_default_s`
+instead of re-locking a GPU that just failed at every request.
 """
 
 from __future__ import annotations
@@ -26,12 +28,14 @@ class ClockChange:
 
 
 class ClockGovernor:
-    def __init__(self, gpus: GpuControl, min_interval_s: float = 1.0) -> None:
+    def __init__(self, gpus: GpuControl, min_interval_s: float = 1.0, hold_default_s: float = 60.0) -> None:
         self.gpus = gpus
         self.min_interval_s = min_interval_s
+        self.hold_default_s = hold_default_s
         self.history: list[ClockChange] = []
         self._last_change_s: dict[int, float] = {}
         self._current: dict[int, int] = {}
+        self._failed_at_s: dict[int, float] = {}
 
     def clamp(self, index: int, clock_mhz: float) -> int:
         """The highest supported clock at or below the request (the lowest if none)."""
@@ -41,6 +45,10 @@ class ClockGovernor:
 
     def set_clock(self, index: int, clock_mhz: float, now_s: float) -> int | None:
         """Lock GPU `index` near `clock_mhz`; returns the applied clock or None if refused."""
+        failed_at = self._failed_at_s.get(index)
+        if failed_at is not None and now_s - failed_at < self.hold_default_s:
+            self.history.append(ClockChange(now_s, index, int(clock_mhz), None, "held at default after an error"))
+            return None
         try:
             target = self.clamp(index, clock_mhz)
             if self._current.get(index) == target:
@@ -52,12 +60,27 @@ class ClockGovernor:
             self.gpus.lock_clock(index, target)
         except GpuControlError as exc:
             self.history.append(ClockChange(now_s, index, int(clock_mhz), None, f"failed: {exc}"))
-            self.restore(index, now_s)
+            self._fail_static(index, now_s)
             return None
+        self._failed_at_s.pop(index, None)
         self._current[index] = target
         self._last_change_s[index] = now_s
         self.history.append(ClockChange(now_s, index, int(clock_mhz), target, "locked"))
         return target
+
+    def energy_j(self, index: int, now_s: float) -> float | None:
+        """GPU `index`'s energy counter; None after an NVML error, which also restores
+        default clocks (a GPU we cannot read is one we should not keep throttled)."""
+        try:
+            return self.gpus.energy_j(index)
+        except GpuControlError as exc:
+            self.history.append(ClockChange(now_s, index, 0, None, f"read failed: {exc}"))
+            self._fail_static(index, now_s)
+            return None
+
+    def _fail_static(self, index: int, now_s: float) -> None:
+        self._failed_at_s[index] = now_s
+        self.restore(index, now_s)
 
     def restore(self, index: int, now_s: float) -> None:
         """Back to the driver's default clocks; logged, never raises."""
@@ -71,5 +94,11 @@ class ClockGovernor:
         self.history.append(ClockChange(now_s, index, 0, None, note))
 
     def restore_all(self, now_s: float) -> None:
-        for index in range(self.gpus.device_count()):
+        """Reset every GPU; if even the device count fails, the ones this governor locked."""
+        try:
+            indices = list(range(self.gpus.device_count()))
+        except GpuControlError as exc:
+            logger.error("GPU count failed (%s); resetting the GPUs this governor locked", exc)
+            indices = sorted(self._current)
+        for index in indices:
             self.restore(index, now_s)

@@ -101,6 +101,21 @@ class BatcherConfig:
     # Chiron's mixed replicas: interactive requests queue ahead of batch ones and, when
     # the batch is full, preempt the newest running batch request (recompute later).
     interactive_first: bool = False
+    # Overload (bounded queue, shed early): refuse a new request when this many wait
+    # already, or when the request it would queue behind has waited longer than
+    # shed_wait_factor x the new request's TTFT target. None: no bound.
+    max_waiting: int | None = None
+    shed_wait_factor: float | None = None
+
+
+class RequestShed(Exception):
+    """The replica refused a request at arrival: its queue is full or already too slow;
+    the client should retry after `retry_after_s`."""
+
+    def __init__(self, request_id: str, reason: str, retry_after_s: float) -> None:
+        super().__init__(f"request {request_id} shed: {reason}")
+        self.reason = reason
+        self.retry_after_s = retry_after_s
 
 
 class AdmissionPolicy(Protocol):
@@ -164,6 +179,7 @@ class ContinuousBatcher:
     def add(self, request: Request, now_s: float) -> Sequence:
         if request.request_id in self.by_id:
             raise ValueError(f"duplicate request id {request.request_id!r}")
+        self._refuse_if_overloaded(request, now_s)
         blocks_needed = self._blocks_for(request.prompt_tokens + 1)
         if blocks_needed > self.kv_blocks_total:
             raise ValueError(
@@ -174,6 +190,26 @@ class ContinuousBatcher:
         self._enqueue(seq)
         self.by_id[request.request_id] = seq
         return seq
+
+    def _refuse_if_overloaded(self, request: Request, now_s: float) -> None:
+        """Shed at arrival, before queueing makes every waiting request late."""
+        cap = self.config.max_waiting
+        if cap is not None and len(self.waiting) >= cap:
+            raise RequestShed(request.request_id, f"{len(self.waiting)} requests already wait", 1.0)
+        factor = self.config.shed_wait_factor
+        if factor is not None:
+            wait_s = self.queue_wait_s(request, now_s)
+            limit_s = factor * request.slo.ttft_s
+            if wait_s > limit_s:
+                raise RequestShed(request.request_id, f"queue wait {wait_s:.1f} s > {limit_s:.1f} s",
+                                  float(min(max(math.ceil(wait_s - limit_s), 1), 30)))
+
+    def queue_wait_s(self, request: Request, now_s: float) -> float:
+        """How long the oldest not-yet-started request `request` would queue behind has
+        waited: a lower bound on the new request's own wait."""
+        behind = [s for s in self.waiting if s.generated == 0 and not (
+            self.config.interactive_first and request.service_class != "batch" and self._is_batch(s))]
+        return max((now_s - s.request.arrival_s for s in behind), default=0.0)
 
     def resume(self, request: Request, prior: Sequence, now_s: float, kv_present: bool) -> Sequence:
         """Continue a sequence another replica started (Splitwise's prompt -> token hand-off).

@@ -121,3 +121,46 @@ def test_modelled_gpu_refuses_unsupported_clocks() -> None:
         gpu.lock_clock(0, 1234)
     with pytest.raises(GpuControlError):
         gpu.clock_mhz(3)
+
+
+def test_nvml_lock_error_resets_and_holds_default_clocks() -> None:
+    nvml = fake_nvml(fail={"nvmlDeviceSetGpuLockedClocks"})
+    gov = ClockGovernor(NvmlGpu(nvml), min_interval_s=0.0, hold_default_s=10.0)
+    nvml.state["locked"][0] = (990, 990)
+    assert gov.set_clock(0, 1200, now_s=0.0) is None
+    assert 0 not in nvml.state["locked"]
+    assert gov.set_clock(0, 1200, now_s=5.0) is None  # held at default: NVML not even asked
+    assert gov.history[-1].note == "held at default after an error"
+    fixed = fake_nvml()
+    gov.gpus = NvmlGpu(fixed)  # the driver recovered
+    assert gov.set_clock(0, 1200, now_s=11.0) == 1200  # after the hold it throttles again
+    assert fixed.state["locked"][0] == (1200, 1200)
+
+
+def test_nvml_read_error_restores_default_clocks() -> None:
+    nvml = fake_nvml()
+    gov = ClockGovernor(NvmlGpu(nvml), hold_default_s=10.0)
+    assert gov.set_clock(1, 800, now_s=0.0) == 800
+    assert gov.energy_j(1, now_s=1.0) == pytest.approx(9000.0)
+    nvml.nvmlDeviceGetTotalEnergyConsumption = _raising("nvmlDeviceGetTotalEnergyConsumption")
+    assert gov.energy_j(1, now_s=2.0) is None
+    assert 1 not in nvml.state["locked"]  # the GPU we could not read runs at default clocks
+    assert [c.note for c in gov.history[-2:]] == [
+        "read failed: nvmlDeviceGetTotalEnergyConsumption failed: Insufficient Permissions", "reset to default"]
+    assert gov.set_clock(1, 800, now_s=3.0) is None
+
+
+def test_restore_all_never_raises_even_if_nvml_cannot_count() -> None:
+    nvml = fake_nvml()
+    gov = ClockGovernor(NvmlGpu(nvml))
+    gov.set_clock(1, 800, now_s=0.0)
+    nvml.nvmlDeviceGetCount = _raising("nvmlDeviceGetCount")
+    gov.restore_all(now_s=1.0)
+    assert nvml.state["locked"] == {}
+
+
+def _raising(name: str):
+    def call(*args):
+        raise FakeNVMLError("Insufficient Permissions")
+    call.__name__ = name
+    return call

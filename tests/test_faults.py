@@ -1,0 +1,474 @@
+"""Faults, overload and fail static: nothing accepted is lost, no token is sent twice.
+
+The pure tests check the continuation/retry logic, the replica's queue bounds and the
+adapter's fail-static on their own. The `ray` tests run the app in local Ray, inject
+faults under load from real openai clients (kill a replica mid-stream, kill the Serve
+controller, disconnect clients, overload a pool) and account for every request:
+completed (with exactly the expected text), errored retryable / final, or lost. The sim
+engine's text is a deterministic function of the request id (the response id), so a
+resumed stream can be checked token for token. Run with `-s` to see the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import ray
+from ray.exceptions import ActorDiedError
+from ray.serve._private.common import DeploymentID, ReplicaID
+from ray.serve.config import AutoscalingContext
+from ray.serve.exceptions import RequestCancelledError
+
+from autoscaling.serve_adapter import AppAutoscalingPolicy
+from core.request import Request
+from core.slo import SLO
+from deployments.resume import (
+    Progress,
+    ResumableStream,
+    call_with_retries,
+    continuation,
+)
+from energy.calibration import default_perf_model
+from engines.batching import BatcherConfig, ContinuousBatcher, RequestShed
+from engines.sim_engine import (
+    RESUME_OFFSET_KEY,
+    SimEngine,
+    SimEngineConfig,
+    placeholder_text,
+)
+from tests.conftest import INTERACTIVE_KEY, _test_config
+from tests.live_app import metric_sum
+from wattwise.local_serve import LocalServe
+
+MODEL = "llama2-70b-sim"
+
+
+def _request(rid: str = "r1", prompt: int = 10, max_tokens: int = 20, target: int | None = None,
+             ttft_s: float = 10.0) -> Request:
+    return Request(rid, prompt, max_tokens, arrival_s=time.time(), slo=SLO(ttft_s=ttft_s, tbt_s=0.2),
+                   target_output_tokens=target, prompt_text="hello world")
+
+
+# ---- pure: the continuation and retry logic ----------------------------------------
+def test_continuation_asks_only_for_the_rest() -> None:
+    req = _request(prompt=10, max_tokens=20, target=15)
+    progress = Progress(arrival_s=req.arrival_s)
+    assert continuation(req, progress, 1.0) is req  # nothing sent yet: start over
+    progress.add({"text": " a b c d e f", "num_tokens": 6}, 1.0)
+    rest = continuation(req, progress, 2.0)
+    assert (rest.prompt_tokens, rest.max_tokens, rest.target_output_tokens) == (16, 14, 9)
+    assert rest.prompt_text == "hello world a b c d e f" and rest.metadata[RESUME_OFFSET_KEY] == "6"
+    assert rest.request_id == req.request_id and rest.arrival_s == 2.0
+    progress.add({"text": " g" * 9, "num_tokens": 9}, 3.0)
+    assert continuation(req, progress, 4.0) is None  # the target was reached: only the ending was lost
+
+
+def _replica_stream(engine: SimEngine, request: Request, fail_after_chunks: int | None) -> AsyncIterator[dict]:
+    """What LLMReplica.generate yields, dying like a killed actor after some chunks."""
+    async def gen() -> AsyncIterator[dict]:
+        chunks = 0
+        async for c in engine.generate(request):
+            if fail_after_chunks is not None and chunks == fail_after_chunks:
+                raise ActorDiedError()
+            chunks += 1
+            usage = None if c.usage is None else {
+                "prompt_tokens": c.usage.prompt_tokens, "completion_tokens": c.usage.completion_tokens,
+                "energy_j": c.usage.energy_j, "ttft_s": c.usage.ttft_s, "e2e_s": c.usage.e2e_s, "max_tbt_s": 0.0}
+            yield {"text": c.text, "num_tokens": c.num_tokens, "finish_reason": c.finish_reason, "usage": usage}
+    return gen()
+
+
+def test_a_stream_resumed_on_another_replica_equals_the_uninterrupted_one() -> None:
+    async def main() -> tuple[str, dict, ResumableStream, list[tuple[str, int]]]:
+        engines = {"pool-a": SimEngine(SimEngineConfig(tensor_parallel=8)),
+                   "pool-b": SimEngine(SimEngineConfig(tensor_parallel=8))}
+        starts: list[tuple[str, int]] = []
+
+        def start(request: Request, pool: str) -> AsyncIterator[dict]:
+            starts.append((pool, request.max_tokens))
+            return _replica_stream(engines[pool], request, fail_after_chunks=3 if len(starts) == 1 else None)
+
+        stream = ResumableStream(start, _request("resume-me", max_tokens=40), ["pool-a", "pool-b"], max_retries=2)
+        text, final = "", {}
+        async for chunk in stream:
+            text += chunk["text"]
+            if chunk["finish_reason"]:
+                final = chunk
+                break
+        for engine in engines.values():
+            await engine.shutdown()
+        return text, final, stream, starts
+
+    text, final, stream, starts = asyncio.run(main())
+    assert text == placeholder_text("resume-me", 0, 40)  # no token missing, none repeated
+    assert final["usage"]["completion_tokens"] == 40 and final["usage"]["prompt_tokens"] == 10
+    assert stream.retries == 1 and starts[0] == ("pool-a", 40)
+    assert starts[1][0] == "pool-b" and starts[1][1] < 40  # the fallback pool, for the rest only
+
+
+class _Dead:
+    """A stream that fails at once, like a call to a replica that just died."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc, self.cancelled = exc, False
+
+    async def __anext__(self) -> dict:
+        raise self.exc
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+def test_retries_are_bounded_then_the_failure_surfaces() -> None:
+    retried: list[str] = []
+    stream = ResumableStream(lambda r, p: _Dead(ActorDiedError()), _request(), ["pool-a"], max_retries=2,
+                             on_retry=retried.append)
+    with pytest.raises(ActorDiedError):
+        asyncio.run(stream.__anext__())
+    assert retried == ["pool-a", "pool-a"]
+
+
+def test_a_cancelled_request_is_not_retried() -> None:
+    stream = ResumableStream(lambda r, p: _Dead(RequestCancelledError("x")), _request(), ["pool-a"], max_retries=2)
+    with pytest.raises(RequestCancelledError):
+        asyncio.run(stream.__anext__())
+    assert stream.retries == 0
+
+
+def test_non_streaming_calls_start_over_on_the_next_pool() -> None:
+    calls: list[str] = []
+
+    async def call(pool: str) -> dict:
+        calls.append(pool)
+        if len(calls) == 1:
+            raise ActorDiedError()
+        return {"text": "ok"}
+
+    assert asyncio.run(call_with_retries(call, ["pool-a", "pool-b"], max_retries=1)) == {"text": "ok"}
+    assert calls == ["pool-a", "pool-b"]
+
+
+# ---- pure: bounded replica queues and shedding ---------------------------------------
+def _batcher(**config: Any) -> ContinuousBatcher:
+    return ContinuousBatcher(default_perf_model("llama2-70b", "h100-80gb"), BatcherConfig(**config))
+
+
+def test_the_replica_queue_is_bounded() -> None:
+    batcher = _batcher(max_waiting=2)
+    batcher.add(_request("a"), 0.0)
+    batcher.add(_request("b"), 0.0)
+    with pytest.raises(RequestShed, match="2 requests already wait") as shed:
+        batcher.add(_request("c"), 0.0)
+    assert shed.value.retry_after_s >= 1 and "c" not in batcher.by_id
+
+
+def test_requests_are_shed_before_the_queue_makes_them_late() -> None:
+    batcher = _batcher(shed_wait_factor=4.0)
+    first = _request("a", ttft_s=0.25)
+    batcher.add(first, first.arrival_s)
+    batcher.add(_request("b", ttft_s=0.25), first.arrival_s + 0.5)  # head waited 0.5 s <= 4 x 0.25 s
+    late = _request("c", ttft_s=0.25)
+    with pytest.raises(RequestShed, match="queue wait") as shed:
+        batcher.add(late, first.arrival_s + 3.0)  # the head has waited 3 s: c would wait at least as long
+    assert 1 <= shed.value.retry_after_s <= 30
+    batcher.add(_request("d", ttft_s=30.0), first.arrival_s + 3.0)  # a looser target still fits
+
+
+# ---- pure: the autoscaling adapter fails static -------------------------------------
+def _ctx(replicas: int, metrics: dict, now_s: float) -> AutoscalingContext:
+    dep = DeploymentID(name="pool-a", app_name="wattwise")
+    ids = [ReplicaID(unique_id=f"r{i}", deployment_id=dep) for i in range(replicas)]
+    return AutoscalingContext(
+        deployment_id=dep, deployment_name="pool-a", app_name="wattwise", current_num_replicas=replicas,
+        target_num_replicas=replicas, running_replicas=ids, total_num_requests=0.0, total_queued_requests=0.0,
+        aggregated_metrics={k: dict.fromkeys(ids, v) for k, v in metrics.items()}, raw_metrics={},
+        capacity_adjusted_min_replicas=1, capacity_adjusted_max_replicas=5, policy_state={},
+        last_scale_up_time=None, last_scale_down_time=None, current_time=now_s, config=None,
+    )
+
+
+def test_stale_stats_keep_the_last_targets_and_say_so() -> None:
+    policy = AppAutoscalingPolicy(policy="utilisation", stale_after_s=10.0, target_requests_per_replica=1)
+    busy = {"running_requests": 10.0, "kv_blocks_total": 100.0}
+    decisions, state = policy({c.deployment_id: c for c in [_ctx(2, busy, 0.0)]})
+    assert list(decisions.values()) == [5] and not next(iter(state.values()))["fail_static"]
+    for now in (1.0, 5.0):  # stats missing, but not for long yet: the policy still decides
+        decisions, state = policy({c.deployment_id: c for c in [_ctx(2, {}, now)]})
+        assert not next(iter(state.values()))["fail_static"]
+    decisions, state = policy({c.deployment_id: c for c in [_ctx(3, {}, 12.0)]})
+    assert list(decisions.values()) == [3]  # kept the current target
+    assert next(iter(state.values()))["fail_static_reason"] == "stale_stats" and policy.failures == 1
+    decisions, state = policy({c.deployment_id: c for c in [_ctx(3, busy, 13.0)]})
+    assert not next(iter(state.values()))["fail_static"] and policy.fail_static_reason is None
+
+
+# ---- ray: fault injection under load --------------------------------------------------
+RETRYABLE_CODES = {"replica_failed", "pool_full", "request_squashed", "overloaded"}
+REPORT: list[dict[str, Any]] = []
+
+
+def _fault_config(config: dict[str, Any]) -> None:
+    """The test config with a spare short replica to resume on, and medium/long pools of
+    one slow replica each with tight queue bounds (shed) and a short squash deadline."""
+    _test_config(config)
+    app = config["applications"][0]
+    app["args"]["max_retries"] = 2
+    for pool in app["args"]["pools"]:
+        if pool["name"] == "short":
+            pool["autoscaling"].update({"min_replicas": 2, "max_replicas": 3})
+        elif pool["name"] == "medium":
+            pool["autoscaling"].update({"min_replicas": 1, "max_replicas": 1})
+            pool["engine"].update({"batch_limit": 1, "max_waiting_requests": 1})
+        else:
+            pool["autoscaling"].update({"min_replicas": 1, "max_replicas": 1})
+            pool["engine"].update({"batch_limit": 1, "squash_after_s": 1.0, "shed_wait_factor": None})
+
+
+@pytest.fixture(scope="module")
+def faults() -> Iterator[LocalServe]:
+    with LocalServe(edit=_fault_config) as local:
+        os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
+        ray.init(address=f"127.0.0.1:{local.gcs_port}", namespace="wattwise-tests", log_to_driver=False)
+        try:
+            yield local
+        finally:
+            ray.shutdown()
+            _print_report()
+
+
+@dataclass
+class Tally:
+    """Client-side fate of every request of one experiment."""
+
+    outcomes: Counter = field(default_factory=Counter)
+    problems: list[str] = field(default_factory=list)
+
+    def add(self, outcome: str, problem: str | None = None) -> None:
+        self.outcomes[outcome] += 1
+        if problem:
+            self.problems.append(problem)
+
+
+def _words(n: int) -> str:
+    return " ".join(["word"] * n)
+
+
+def _client(served: LocalServe) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key=INTERACTIVE_KEY, max_retries=0, timeout=120)
+
+
+def _classify_error(exc: openai.APIError) -> str:
+    if isinstance(exc, openai.APIStatusError):
+        retryable = exc.status_code in (429, 503) and exc.response.headers.get("retry-after")
+        return "error_retryable" if retryable else "error_final"
+    code = (exc.body or {}).get("code") if isinstance(exc.body, dict) else None
+    return "error_retryable" if code in RETRYABLE_CODES else "error_final"
+
+
+async def _one(client: openai.AsyncOpenAI, tally: Tally, prompt_words: int, max_tokens: int, stream: bool) -> None:
+    """One request; completed only if its text is exactly the engine's for that request."""
+    rid, text, finish, usage = "", "", None, None
+    try:
+        if stream:
+            response = await client.completions.create(
+                model=MODEL, prompt=_words(prompt_words), max_tokens=max_tokens, stream=True,
+                stream_options={"include_usage": True})
+            async for chunk in response:
+                rid = chunk.id
+                if chunk.choices:
+                    text += chunk.choices[0].text
+                    finish = chunk.choices[0].finish_reason or finish
+                usage = chunk.usage or usage
+        else:
+            response = await client.completions.create(model=MODEL, prompt=_words(prompt_words),
+                                                       max_tokens=max_tokens)
+            rid, text, finish, usage = (response.id, response.choices[0].text, response.choices[0].finish_reason,
+                                        response.usage)
+    except openai.APIError as exc:
+        tally.add(_classify_error(exc), None if _classify_error(exc) == "error_retryable" else repr(exc))
+        return
+    expected = placeholder_text(rid.removeprefix("cmpl-"), 0, max_tokens)
+    if finish is None:
+        tally.add("lost", f"{rid}: the stream ended silently after {len(text.split())} tokens")
+    elif text != expected or usage is None or usage.completion_tokens != max_tokens:
+        tally.add("lost", f"{rid}: {len(text.split())} tokens, usage {usage}, text differs from the expected one")
+    else:
+        tally.add("completed")
+
+
+def _ingress_counts(served: LocalServe) -> dict[str, int]:
+    """Over HTTP, not a Serve handle: a handle's router threads in this driver outlive
+    ray.shutdown() and would auto-start a stray Ray that the next module's start kills."""
+    response = served.admin("GET", "/admin/requests")
+    response.raise_for_status()
+    return response.json()
+
+
+def _record(fault: str, injected: int, tally: Tally, before: dict[str, int], after: dict[str, int]) -> None:
+    server = {k: after[k] - before.get(k, 0) for k in after}
+    row = {"fault": fault, "injected": injected, "sent": sum(tally.outcomes.values()), **tally.outcomes,
+           "server": server}
+    REPORT.append(row)
+    print(f"\n[faults] {row}")
+
+
+def _print_report() -> None:
+    print("\n| Fault injected | Injected | Requests accepted | Completed | Errored retryable | Errored final "
+          "| Client left | Lost | Retries/resumes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in REPORT:
+        s = r["server"]
+        print(f"| {r['fault']} | {r['injected']} | {s['accepted']} | {r.get('completed', 0)} "
+              f"| {r.get('error_retryable', 0)} | {r.get('error_final', 0)} | {r.get('client_left', 0)} "
+              f"| {r.get('lost', 0)} | {s['retries']} |")
+
+
+def _actor_names(fragment: str) -> list[str]:
+    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == "serve" and fragment in a["name"]]
+
+
+def _until(predicate, timeout_s: float, period_s: float = 0.5) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(period_s)
+    return predicate()
+
+
+def _balanced_outcomes(counts: dict[str, int]) -> bool:
+    ended = sum(counts[k] for k in ("completed", "error_retryable", "error_final", "cancelled"))
+    return ended == counts["accepted"]
+
+
+@pytest.mark.ray
+def test_killing_a_replica_mid_stream_loses_nothing(faults: LocalServe) -> None:
+    replicas = _actor_names("#pool-short#")
+    assert len(replicas) >= 2, replicas
+    before = _ingress_counts(faults)
+    tally = Tally()
+
+    async def main() -> None:
+        client = _client(faults)
+        load = [asyncio.create_task(_one(client, tally, 20, 160, stream=True)) for _ in range(12)]
+        load += [asyncio.create_task(_one(client, tally, 20, 120, stream=False)) for _ in range(4)]
+        await asyncio.sleep(1.5)  # every stream has its first tokens by now
+        ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
+        await asyncio.wait_for(asyncio.gather(*load), timeout=120)
+
+    asyncio.run(main())
+    after = _ingress_counts(faults)
+    _record("replica killed mid-stream", 1, tally, before, after)
+    assert tally.outcomes["lost"] == 0, tally.problems
+    assert tally.outcomes["error_final"] == 0, tally.problems
+    assert sum(tally.outcomes.values()) == 16
+    assert after["retries"] > before["retries"]  # the kill did hit requests in flight, and they resumed
+    assert after["accepted"] - before["accepted"] == 16 and _balanced_outcomes(after)
+
+
+@pytest.mark.ray
+def test_clients_leaving_mid_stream_are_counted_and_free_their_replica(faults: LocalServe) -> None:
+    before = _ingress_counts(faults)
+    tally = Tally()
+    body = {"model": MODEL, "prompt": _words(20), "max_tokens": 400, "stream": True}
+    headers = {"Authorization": f"Bearer {INTERACTIVE_KEY}"}
+
+    async def leave_early(client: httpx.AsyncClient) -> None:
+        async with client.stream("POST", f"{faults.base_url}/v1/completions", json=body, headers=headers) as r:
+            assert r.status_code == 200
+            lines = 0
+            async for line in r.aiter_lines():
+                lines += line.startswith("data: ")
+                if lines == 2:
+                    break  # closing the response drops the connection mid-stream
+        tally.add("client_left")
+
+    async def main() -> None:
+        async with httpx.AsyncClient(timeout=60) as client:
+            await asyncio.gather(*(leave_early(client) for _ in range(6)))
+        await _one(_client(faults), tally, 20, 30, stream=True)  # the app serves on
+
+    asyncio.run(main())
+    assert _until(lambda: _ingress_counts(faults)["cancelled"] - before["cancelled"] >= 6, 30)
+    after = _ingress_counts(faults)
+    _record("client disconnects mid-stream", 6, tally, before, after)
+    assert tally.outcomes == Counter({"client_left": 6, "completed": 1}), tally.problems
+    assert after["cancelled"] - before["cancelled"] == 6 and _balanced_outcomes(after)
+    def idle() -> bool:  # the abandoned sequences left the engines (the replicas' own gauges)
+        return metric_sum(faults, "ray_wattwise_num_requests_running", pool="short") == 0 and \
+            metric_sum(faults, "ray_wattwise_num_requests_waiting", pool="short") == 0
+
+    assert _until(idle, 30)
+
+
+@pytest.mark.ray
+def test_overload_is_shed_and_squashed_with_503_and_retry_after(faults: LocalServe) -> None:
+    before = _ingress_counts(faults)
+    shed, squashed = Tally(), Tally()
+    codes: Counter = Counter()
+
+    async def one(tally: Tally, words: int, max_tokens: int) -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            r = await client.post(f"{faults.base_url}/v1/completions",
+                                  json={"model": MODEL, "prompt": _words(words), "max_tokens": max_tokens},
+                                  headers={"Authorization": f"Bearer {INTERACTIVE_KEY}"})
+        if r.status_code == 200:
+            text = r.json()["choices"][0]["text"]
+            ok = text == placeholder_text(r.json()["id"].removeprefix("cmpl-"), 0, max_tokens)
+            tally.add("completed" if ok else "lost", None if ok else f"text of {r.json()['id']} differs")
+        elif r.status_code == 503 and r.headers.get("retry-after"):
+            codes[r.json()["error"]["code"]] += 1
+            tally.add("error_retryable")
+        else:
+            tally.add("error_final", f"{r.status_code}: {r.text}")
+
+    async def main() -> None:
+        # medium pool: one replica, batch of 1, one waiting slot -> the rest are shed at once.
+        # long pool: batch of 1, squash after max(1 s, 2 s TTFT target) -> waiting ones are squashed.
+        await asyncio.gather(*(one(shed, 300, 80) for _ in range(5)), *(one(squashed, 1100, 300) for _ in range(3)))
+
+    asyncio.run(main())
+    after = _ingress_counts(faults)
+    _record("overload: queue bound + wait past deadline", 8, Tally(shed.outcomes + squashed.outcomes), before, after)
+    assert not shed.problems and not squashed.problems, (shed.problems, squashed.problems)
+    assert shed.outcomes["completed"] >= 1 and shed.outcomes["error_retryable"] >= 2, shed.outcomes
+    assert squashed.outcomes["completed"] >= 1 and squashed.outcomes["error_retryable"] >= 1, squashed.outcomes
+    assert codes["pool_full"] >= 2 and codes["request_squashed"] >= 1, codes
+    assert after["accepted"] - before["accepted"] == 8 and _balanced_outcomes(after)
+
+
+@pytest.mark.ray
+def test_killing_the_serve_controller_keeps_serving(faults: LocalServe) -> None:
+    """Last in the module: after the restart this driver's own handle logs metric-push errors."""
+    before = _ingress_counts(faults)
+    tally = Tally()
+
+    async def worker(client: openai.AsyncOpenAI, until_s: float, i: int) -> None:
+        while time.monotonic() < until_s:
+            await _one(client, tally, 20, 40, stream=i % 2 == 0)
+
+    async def main() -> None:
+        client = _client(faults)
+        until = time.monotonic() + 10
+        load = [asyncio.create_task(worker(client, until, i)) for i in range(4)]
+        await asyncio.sleep(1.0)
+        ray.kill(ray.get_actor("SERVE_CONTROLLER_ACTOR", namespace="serve"), no_restart=False)
+        await asyncio.gather(*load)
+
+    asyncio.run(main())
+    after = _ingress_counts(faults)
+    _record("Serve controller killed", 1, tally, before, after)
+    assert tally.outcomes["completed"] > 10 and set(tally.outcomes) == {"completed"}, (tally.outcomes, tally.problems)
+    # The controller comes back (Serve restarts it) and sees the app running.
+    assert _until(lambda: bool(_actor_names("SERVE_CONTROLLER_ACTOR")), 60)
+    assert _balanced_outcomes(after)
