@@ -1,54 +1,76 @@
-"""Splitwise-HH and -HHcap vs the mixed-batching baseline in the simulator, and the
-provisioning search, on the Azure conversation and code traces.
+"""Iso-power Splitwise (§VI-B): Splitwise-HH, -HHcap, -AA, -HA vs mixed-batching pools of
+the same machines, each given the same provisioned power, on the Azure code and
+conversation traces in the simulator.
 
-    wattwise bench splitwise [--duration-s 600] [--cap-w 350] [--slo 0.95]
+    wattwise bench splitwise [--duration-s 120] [--budget-h100 8] [--traces code,conv]
 
-HHcap caps the token pool's GPUs at `--cap-w` (PerfModel.clock_under_power_cap). All
-rows of a trace come from the same run of this command; ratios are vs singlepool.
+The budget is the provisioned power of `--budget-h100` DGX-H100s (Table V: 1.75x a
+DGX-A100's 6.5 kW); each design gets the most machines that fit under it (baseline-H100:
+8 H, baseline-A100: 14 A), and for split designs every prompt/token split that fills it
+is tried. Throughput at SLO is the highest Poisson request rate (sizes drawn from the
+trace, as the paper's §V-B does) at which all nine Table VI slowdown SLOs hold, found by
+bisection on the rate. All rows of a trace come from the same run; ratios are vs
+baseline-H100 and vs the mixed pool of the design's own prompt machines.
 """
 
 from __future__ import annotations
 
 import argparse
+import time
 
-from energy.calibration import default_perf_model
-from sim.config import SimConfig
-from sim.run import simulate
-from sim.splitwise_plan import plan_splitwise, run_splitwise
-from sim.workload import fit_context, load_trace, window
+import numpy as np
+
+from sim.provision import DESIGNS, MACHINES, Outcome, Runs, search_throughput
+from sim.workload import fit_context, load_trace, synthetic
+
+ORDER = ("base-H", "base-A", "HH", "HHcap", "AA", "HA")
 
 
-def row(trace: str, name: str, r: dict, base: dict, duration_s: float) -> str:
-    power_w = r["energy_j"] / r["duration_s"]
-    return (f"{trace:>5} {name:>12} {r['completed'] / duration_s:>7.2f} {r['slo_attainment']['overall'] * 100:>6.1f} "
-            f"{r['peak_gpus']:>5} {r['cost_usd']:>7.2f} {r['energy_kwh']:>7.2f} {power_w / 1e3:>6.1f} "
-            f"{r['energy_j'] / base['energy_j']:>7.2f} {r['cost_usd'] / base['cost_usd']:>7.2f} {r['p99_ttft_s']:>6.2f} "
-            f"{r['p99_tbt_s']:>6.3f}")
+def trace_runs(trace: str, duration_s: float, seed: int) -> Runs:
+    """Poisson arrivals at `factor` x the trace's mean rate for `duration_s`, sizes from the trace."""
+    full = fit_context(load_trace(trace), 8192)
+    base_rps = len(full) / full.duration_s
+
+    def at(factor: float):
+        return synthetic(base_rps * factor, duration_s, np.random.default_rng(seed), lengths_from=full)
+
+    return Runs(at(1.0), make_workload=at)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="wattwise bench splitwise", description=__doc__)
-    p.add_argument("--duration-s", type=float, default=600.0)
-    p.add_argument("--cap-w", type=float, default=350.0, help="per-GPU power cap of HHcap's token pool")
-    p.add_argument("--slo", type=float, default=0.95, help="SLO attainment the provisioning search must reach")
-    p.add_argument("--max-machines", type=int, default=6, help="per pool, for the search")
+    p = argparse.ArgumentParser(prog="wattwise bench splitwise", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--duration-s", type=float, default=120.0, help="span of Poisson arrivals per simulated point")
+    p.add_argument("--budget-h100", type=float, default=8.0, help="power budget in DGX-H100s")
+    p.add_argument("--traces", default="code,conv")
+    p.add_argument("--designs", default=",".join(ORDER))
+    p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    config = SimConfig()
-    cap_clock = default_perf_model().clock_under_power_cap("token", args.cap_w)
-    print(f"HHcap token clock under {args.cap_w:.0f} W/GPU: {cap_clock:.0f} MHz")
-    print(f"{'trace':>5} {'system':>12} {'req/s':>7} {'SLO %':>6} {'GPUs':>5} {'cost $':>7} {'kWh':>7} {'kW':>6} "
-          f"{'x energy':>7} {'x cost':>7} {'p99 TTFT':>6} {'p99 TBT':>6}")
-    for trace in ("conv", "code"):
-        w = fit_context(window(load_trace(trace), 0.0, args.duration_s), 8192)
-        base = simulate("singlepool", w, config)[0]
-        hh = run_splitwise(w, config)[0]
-        hhcap = run_splitwise(w, config, token_clock_mhz=cap_clock)[0]
-        for name, r in (("singlepool", base), ("HH", hh), ("HHcap", hhcap)):
-            print(row(trace, name, r, base, w.duration_s))
-    for trace in ("conv", "code"):
-        w = fit_context(window(load_trace(trace), 0.0, args.duration_s), 8192)
-        for name, clock in (("HH", None), ("HHcap", cap_clock)):
-            best, trials = plan_splitwise(w, config, args.slo, args.max_machines, args.max_machines, clock)
-            found = f"{best.prompt}P + {best.token}T, ${best.cost:.0f}/h" if best else "none in the grid"
-            print(f"plan {trace:>5} {name:>6}: {found} (SLO >= {args.slo:.0%}; {len(trials)} runs)")
+    limit_kw = args.budget_h100 * MACHINES["H"].provisioned_kw
+    designs = args.designs.split(",")
+    print(f"iso-power budget: {limit_kw:.1f} kW provisioned ({args.budget_h100:g} DGX-H100); Table VI SLOs; "
+          f"{args.duration_s:.0f} s of Poisson arrivals per point")
+    print(f"{'trace':>5} {'design':>7} {'machines':>9} {'kW prov':>7} {'$/h':>5} {'req/s@SLO':>9} {'x base-H':>8} "
+          f"{'x own base':>10} {'kW mean':>7} {'req/s/$h':>8} {'TTFT p99':>8} {'TBT p50':>7} {'E2E p90':>7} {'runs':>5}")
+    for trace in args.traces.split(","):
+        runs = trace_runs(trace, args.duration_s, args.seed)
+        best: dict[str, Outcome] = {}
+        for name in designs:
+            before, started = len(runs.cache), time.perf_counter()
+            found = [o for o in search_throughput(runs, DESIGNS[name], "power", limit_kw, 64) if o.meets_slo]
+            if found:
+                best[name] = found[0]
+            o = best.get(name)
+            own = "base-" + DESIGNS[name].prompt.name
+            base_h, base_own = best.get("base-H"), best.get(own)
+            if o is None:
+                print(f"{trace:>5} {name:>7}  meets the SLOs at no rate tried")
+                continue
+            ratio = f"{o.rate_rps / base_h.rate_rps:>8.2f}" if base_h else f"{'-':>8}"
+            ratio_own = f"{o.rate_rps / base_own.rate_rps:>10.2f}" if base_own else f"{'-':>10}"
+            machines = f"{o.prompt}P+{o.token}T" if o.token else f"{o.prompt} mixed"
+            print(f"{trace:>5} {name:>7} {machines:>9} {o.power_kw:>7.1f} {o.cost_per_hour:>5.0f} {o.rate_rps:>9.2f} "
+                  f"{ratio} {ratio_own} {o.mean_power_kw:>7.1f} {o.rate_rps / o.cost_per_hour:>8.3f} "
+                  f"{o.slowdowns['ttft'][99]:>7.2f}x {o.slowdowns['tbt'][50]:>6.2f}x {o.slowdowns['e2e'][90]:>6.2f}x "
+                  f"{len(runs.cache) - before:>5}  ({time.perf_counter() - started:.0f} s)")
     return 0

@@ -4,6 +4,7 @@ TBT is judged per request by its mean gap between tokens (the ITL a client sees 
 average, as Chiron and throttLL'eM do); the worst gap is reported beside it
 (`p99_max_tbt_s`), since chunked prefill makes single gaps spiky. A request meets its
 SLO when it completed, its TTFT is within its target and its mean TBT too.
+Splitwise's SLOs (Table VI) are slowdown percentiles instead: `slowdown_percentiles`.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from energy.hardware import GPUS
+from energy.perf_model import PerfModel
 from sim.config import SimConfig
 from sim.engine import RawRun
 from sim.records import CLASS_NAMES, RequestLog
@@ -94,3 +96,41 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "by_service_class": {s: _group(log, log.interactive == flag, met)
                              for s, flag in (("interactive", True), ("batch", False)) if (log.interactive == flag).any()},
     }
+
+
+# ---- Splitwise Table VI: latency as slowdown vs the same request alone on a reference machine ----
+NEVER_DONE_SLOWDOWN = 1e9  # a request that did not complete fails every slowdown limit
+
+
+def unloaded_latencies_s(
+    prompt_tokens: np.ndarray, output_tokens: np.ndarray, reference: PerfModel, tp: int = 8,
+) -> dict[str, np.ndarray]:
+    """TTFT, mean TBT and E2E of each request run alone (batch 1, max clock) on `reference`.
+
+    Decode time is linear in context, so the mean TBT is the step at the mean context
+    (prompt + half the output)."""
+    p = prompt_tokens.astype(float)
+    out = output_tokens.astype(float)
+    clock = reference.gpu.max_clock_mhz
+    ttft = reference.prefill_time_s(p, p**2, tp, clock)
+    tbt = reference.decode_time_s(1, p + out / 2, tp, clock)
+    return {"ttft": ttft, "tbt": tbt, "e2e": ttft + np.maximum(out - 1, 0) * tbt}
+
+
+def slowdown_percentiles(
+    log: RequestLog, target_output_tokens: np.ndarray, reference: PerfModel, tp: int = 8,
+) -> dict[str, dict[int, float]]:
+    """P50/P90/P99 of per-request slowdowns of TTFT, TBT (requests with > 1 token) and E2E.
+
+    `target_output_tokens` are the workload's lengths (the log holds only completed
+    ones); unfinished requests count as NEVER_DONE_SLOWDOWN."""
+    base = unloaded_latencies_s(log.prompt_tokens, target_output_tokens, reference, tp)
+    observed = {"ttft": log.ttft_s, "tbt": log.mean_tbt_s, "e2e": log.e2e_s}
+    out: dict[str, dict[int, float]] = {}
+    for metric, seen in observed.items():
+        ratio = np.where(log.done, seen / base[metric], NEVER_DONE_SLOWDOWN)
+        if metric == "tbt":
+            ratio = ratio[target_output_tokens > 1]
+        out[metric] = {q: (float(np.percentile(ratio, q, method="higher")) if len(ratio) else 0.0)
+                       for q in PERCENTILES}
+    return out

@@ -6,6 +6,14 @@ one output token); its KV then travels (energy/kv_transfer.py) and the token rep
 resumes the sequence with the KV present. A failed transfer is noticed after a
 timeout and the token replica recomputes the prompt instead. Both replicas charge
 their own energy; the request's energy is the sum of its two phases.
+
+The cluster-level scheduler's pending-token ledger hears from a replica whenever work
+lands on it or a phase completes there, besides every control tick, as the CLS sees
+both events itself; reports only on ticks leave it stale for up to a tick.
+
+Pools may run on different machines (Splitwise-HA: H100 prompt, A100 token): a pool
+named in `pool_perf` starts its replicas with that performance model, the others
+with the run's (SimConfig.hardware).
 """
 
 from __future__ import annotations
@@ -22,8 +30,9 @@ from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
 from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
 from core.request import Request
 from energy.kv_transfer import KVTransferConfig, KVTransferModel
+from energy.perf_model import PerfModel
 from engines.batching import Sequence
-from sim.engine import CALL, Simulator
+from sim.engine import CALL, Pool, Simulator
 from sim.replica import SimReplica, State
 
 
@@ -40,14 +49,26 @@ class SplitwiseSimConfig(BaseModel):
 
 
 class SplitwiseSimulator(Simulator):
-    def __init__(self, *args, splitwise: SplitwiseSimConfig = SplitwiseSimConfig(), **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, splitwise: SplitwiseSimConfig | None = None,
+                 pool_perf: dict[str, PerfModel] | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
+        self.pool_perf = pool_perf or {}
+        splitwise = splitwise or SplitwiseSimConfig()
         self.splitwise = splitwise
         self.scheduler = SplitwiseScheduler(splitwise.scheduling)
         self.transfer = KVTransferModel(self.perf.model, splitwise.transfer)
         self.rng = np.random.default_rng(splitwise.seed)
         self.transfers: Counter[str] = Counter()
         self._token_phase: dict[str, tuple[Request, Placement]] = {}
+
+    def _start_replica(self, pool: Pool, now: float, delay_s: float) -> bool:
+        """The base simulator builds replicas on `self.perf`: lend it the pool's machine."""
+        run_perf = self.perf
+        self.perf = self.pool_perf.get(pool.name, run_perf)
+        try:
+            return super()._start_replica(pool, now, delay_s)
+        finally:
+            self.perf = run_perf
 
     def _ready(self, r: SimReplica, now: float) -> None:
         super()._ready(r, now)
@@ -81,10 +102,11 @@ class SplitwiseSimulator(Simulator):
             self.scheduler.ledger.land(assignment.prompt.ticket)
             self.scheduler.ledger.land(assignment.token.ticket)
             return
-        self.scheduler.ledger.land(assignment.prompt.ticket)
+        self._land_ticket(prompt_replica, assignment.prompt.ticket, now)
         self._kick(prompt_replica, now)
 
     def _complete(self, r: SimReplica, seq: Sequence, now: float) -> None:
+        self._report(r, now)  # its queue shrank: JSQ must not keep avoiding it until the next tick
         pending = self._token_phase.pop(seq.request_id, None)
         if pending is None:  # a token phase finished: the request is done
             self.scheduler.finished(r.replica_id, TOKEN)
@@ -97,7 +119,11 @@ class SplitwiseSimulator(Simulator):
             self.scheduler.ledger.land(token.ticket)
             super()._complete(r, seq, now)
             return
-        prefill_s = self.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp, r.clock_mhz)
+        if token.replica_id == r.replica_id:  # a mixed replica drew both phases: the KV is already here
+            self.transfers["local"] += 1
+            self._push(now, CALL, partial(self._land, request, seq, token, True))
+            return
+        prefill_s = r.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp, r.clock_mhz)
         plan = self.transfer.plan(request.prompt_tokens, r.tp, prefill_s)
         failed = bool(self.rng.random() < self.splitwise.transfer_failure_prob)
         self.transfers["layerwise" if plan.layerwise else "serialized"] += 1
@@ -109,13 +135,23 @@ class SplitwiseSimulator(Simulator):
         """The KV arrived (or the transfer timed out): the token replica takes over."""
         r = self.all_replicas[token.replica_id]
         r.batcher.resume(request, prior, now, kv_present)
-        self.scheduler.ledger.land(token.ticket)
+        self._land_ticket(r, token.ticket, now)
         self._kick(r, now)
+
+    def _land_ticket(self, r: SimReplica, ticket: int, now: float) -> None:
+        """Work reached `r`: its reservation ends and `r` reports at once, so the work
+        stays counted (left to the next control tick's report, arrivals within a tick
+        would all see the same stale minimum and herd onto one replica)."""
+        self.scheduler.ledger.land(ticket)
+        self._report(r, now)
+
+    def _report(self, r: SimReplica, now: float) -> None:
+        stats = r.batcher.stats(now)
+        self.scheduler.ledger.report(r.replica_id, stats.pending_prompt_tokens + stats.pending_decode_tokens)
 
     def _control(self, now: float) -> None:
         for r in self.all_replicas:
             if r.state is State.READY:
-                stats = r.batcher.stats(now)
-                self.scheduler.ledger.report(r.replica_id, stats.pending_prompt_tokens + stats.pending_decode_tokens)
+                self._report(r, now)
         self.scheduler.rebalance(now)
         super()._control(now)

@@ -17,9 +17,10 @@ from sim.workload import Workload
 
 def run_splitwise(
     w: Workload, config: SimConfig, prompt: int | None = None, token: int | None = None,
-    token_clock_mhz: float | None = None, splitwise: SplitwiseSimConfig = SplitwiseSimConfig(),
+    token_clock_mhz: float | None = None, splitwise: SplitwiseSimConfig | None = None,
 ) -> tuple[dict[str, Any], SplitwiseSimulator]:
     """One Splitwise run with the given pool sizes (else sized for the peak)."""
+    splitwise = splitwise or SplitwiseSimConfig()
     pools = splitwise_pools(w, config, LengthClassConfig(), prompt, token, token_clock_mhz, splitwise.scheduling)
     policy = make_policy("splitwise", replicas={s.name: s.replicas for s in pools},
                          tensor_parallel={s.name: s.tensor_parallel for s in pools},

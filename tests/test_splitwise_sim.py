@@ -91,3 +91,42 @@ def test_provisioning_meets_the_slo_no_larger_than_brute_force():
     brute = [(p, t) for p in range(1, 4) for t in range(1, 4)
              if run_splitwise(w, config, p, t)[0]["slo_attainment"]["overall"] >= 0.9]
     assert best.prompt + best.token == min(p + t for p, t in brute)
+
+
+def test_a_burst_within_one_report_interval_spreads_over_the_prompt_replicas():
+    n = 16  # all arrive before the first control tick's report
+    w = Workload(np.linspace(0.0, 0.05, n), np.full(n, 2000), np.full(n, 20), np.ones(n, dtype=bool))
+    summary, sim = run_splitwise(w, SimConfig(), prompt=4, token=2)
+    one_prompt_s = default_perf_model().prefill_time_s(2000, 2000**2, 8, 1980)
+    # herded onto one replica the last would wait ~16 prompts; spread, ~4
+    assert summary["completed"] == n and np.nanmax(sim.log.ttft_s) < 6 * one_prompt_s
+
+
+def test_pools_can_run_on_different_machines():
+    from autoscaling.registry import make_policy
+    from core.classes import LengthClassConfig
+    from sim.scenario import splitwise_pools
+    from sim.splitwise import SplitwiseSimulator
+
+    w = workload(40)
+    a100 = default_perf_model("llama2-70b", "a100-80gb")
+    pools = splitwise_pools(w, SimConfig(), LengthClassConfig(), 1, 1)
+    policy = make_policy("splitwise", replicas={p.name: 1 for p in pools}, tensor_parallel={p.name: 8 for p in pools},
+                         clock_mhz={p.name: int(p.clock_mhz) for p in pools})
+    sim = SplitwiseSimulator(w, policy, pools, SimConfig(), pool_perf={"pool-token": a100})
+    sim.run()
+    kinds = {r.pool: r.perf.gpu.name for r in sim.all_replicas}
+    assert kinds == {"pool-prompt": "h100-80gb", "pool-token": "a100-80gb"}
+    assert sim.log.done.all()
+
+
+def test_a_replica_that_finished_its_prompts_is_seen_free_before_the_next_report():
+    # A (6000 tokens) ends on replica 0 before 0.85 s; B and C (3000) arrive before the 1 s report.
+    # A stale ledger still charges replica 0 with A and queues C behind B on replica 1.
+    perf = default_perf_model()
+    a_s = perf.prefill_time_s(6000, 2048 * 6000, 8, 1980)
+    assert a_s < 0.85
+    w = Workload(np.array([0.0, 0.85, 0.9]), np.array([6000, 3000, 3000]), np.array([5, 5, 5]), np.ones(3, dtype=bool))
+    _, sim = run_splitwise(w, SimConfig(), prompt=2, token=1)
+    alone_s = perf.prefill_time_s(3000, 2048 * 3000, 8, 1980)
+    assert sim.log.ttft_s[2] < 1.3 * alone_s
