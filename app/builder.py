@@ -11,8 +11,10 @@ from app.config import AppConfig, PoolConfig
 from deployments.batch_queue import BatchQueue
 from deployments.ingress import Ingress
 from deployments.replica import LLMReplica
+from deployments.splitwise_coordinator import SplitwiseCoordinator
 
 TOKEN_ROUTER = "deployments.token_router:TokenBalancedRouter"
+PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
 
 
 def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
@@ -20,11 +22,16 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
     routing = {}
     if pool.request_router == "token_balanced":
         routing["request_router_config"] = {"request_router_class": TOKEN_ROUTER, "request_routing_stats_period_s": 1.0}
+    if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
+        routing["request_router_config"] = {"request_router_class": PHASE_ROUTER, "request_routing_stats_period_s": 1.0}
+    # GPUs, or a TP placement group, as the pool's engine needs
+    from engines.vllm_placement import replica_resources
+
     return LLMReplica.options(
         name=pool.deployment_name,
         max_ongoing_requests=pool.max_ongoing_requests,
         max_queued_requests=pool.max_queued_requests,
-        ray_actor_options={"num_cpus": pool.num_cpus},
+        **replica_resources(pool.engine, pool.num_cpus),
         autoscaling_config={
             "min_replicas": scaling.min_replicas,
             "max_replicas": scaling.max_replicas,
@@ -65,4 +72,7 @@ def build_app(args: dict[str, Any]) -> Application:
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests
     )
     batch_queue = _batch_queue(config) if config.batch_api.enabled else None
-    return ingress.bind(config.model_dump(mode="json"), pools, batch_queue)
+    splitwise = SplitwiseCoordinator.bind(
+        {p.deployment_name: p.phase for p in config.pools}, config.splitwise.model_dump()
+    ) if config.phase_split else None
+    return ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise)

@@ -6,13 +6,17 @@ A bad config fails `serve run` with a message naming the field, not at first req
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.predictor_config import PredictorConfig
+from app.splitwise_config import SplitwiseServeConfig, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
+from energy.hardware import GPUS, MODELS
 from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine import SimEngineConfig
 
@@ -30,6 +34,9 @@ class PoolAutoscaling(BaseModel):
     def _bounds(self) -> PoolAutoscaling:
         if self.min_replicas > self.max_replicas:
             raise ValueError("min_replicas must be <= max_replicas")
+        if self.initial_replicas is not None and not self.min_replicas <= self.initial_replicas <= self.max_replicas:
+            raise ValueError(f"initial_replicas must be within [min_replicas, max_replicas] = "
+                             f"[{self.min_replicas}, {self.max_replicas}], not {self.initial_replicas}")
         return self
 
 
@@ -52,6 +59,9 @@ class PoolConfig(BaseModel):
     # Chiron: a pool of interactive, mixed or batch replicas (routing by service class
     # instead of length class); None for length-class pools.
     kind: Literal["interactive", "mixed", "batch"] | None = None
+    # Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's
+    # `splitwise` coordinator picks a prompt and a token replica for every request.
+    phase: Literal["prompt", "token", "mixed"] | None = None
     # Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit.
     local_autoscaler: LocalAutoscalerConfig | None = None
 
@@ -61,18 +71,83 @@ class PoolConfig(BaseModel):
 
 
 class ApiKey(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A tenant's key: only its sha256 is stored, and never printed (repr, errors)."""
 
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    tenant: str
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False)
+    tenant: str = Field(min_length=1, max_length=128)
     service_class: str = "interactive"
     # Per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.
     requests_per_s: float | None = Field(default=None, gt=0)
     tokens_per_s: float | None = Field(default=None, gt=0)
+    # The tenant's own latency targets; they replace the service class's (and length class's).
+    ttft_s: float | None = Field(default=None, gt=0)
+    tbt_s: float | None = Field(default=None, gt=0)
+
+
+class AdminKey(BaseModel):
+    """An operator's key for /admin/*; `name` identifies it in logs instead of the key."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False)
+    name: str = Field(default="admin", min_length=1, max_length=128)
 
 
 def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def load_key_file(path: str) -> tuple[list[ApiKey], list[AdminKey]]:
+    """Keys kept out of the serve config: a JSON or YAML list of api key entries, or a
+    mapping with `api_keys` and/or `admin_keys` lists. Errors name the file and entry."""
+    where = f"api_keys_file {path!r}"
+    try:
+        data = yaml.safe_load(Path(path).expanduser().read_text())  # YAML is a superset of JSON
+    except OSError as exc:
+        raise ValueError(f"{where}: cannot be read ({exc.strerror or type(exc).__name__})") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise ValueError(f"{where}: not valid JSON or YAML{at}") from None
+    if isinstance(data, list):
+        data = {"api_keys": data}
+    if not isinstance(data, dict) or not set(data) <= {"api_keys", "admin_keys"} or not data:
+        raise ValueError(f"{where}: must be a list of api key entries or a mapping with 'api_keys' and/or "
+                         "'admin_keys' lists")
+    loaded: dict[str, list] = {"api_keys": [], "admin_keys": []}
+    for field, model in (("api_keys", ApiKey), ("admin_keys", AdminKey)):
+        entries = data.get(field) or []
+        if not isinstance(entries, list):
+            raise ValueError(f"{where}: {field} must be a list")  # noqa: TRY004 (pydantic reports ValueErrors)
+        for i, entry in enumerate(entries):
+            try:
+                loaded[field].append(model.model_validate(entry))
+            except ValidationError as exc:
+                err = exc.errors()[0]
+                loc = ".".join(str(p) for p in err["loc"])
+                raise ValueError(f"{where}: {field}[{i}].{loc}: {err['msg']}" if loc else
+                                 f"{where}: {field}[{i}]: {err['msg']}") from None
+    return loaded["api_keys"], loaded["admin_keys"]
+
+
+def check_keys(api_keys: list[ApiKey], admin_keys: list[AdminKey]) -> None:
+    """One role per key, and one set of limits per tenant (its keys share the buckets)."""
+    seen: dict[str, str] = {}
+    for field, keys in (("api_keys", api_keys), ("admin_keys", admin_keys)):
+        for i, key in enumerate(keys):
+            here = f"{field}[{i}]"
+            if key.sha256 in seen:
+                raise ValueError(f"{here}.sha256: the same key as {seen[key.sha256]}; each key needs one entry")
+            seen[key.sha256] = here
+    limits: dict[str, tuple[int, tuple[float | None, float | None]]] = {}
+    for i, key in enumerate(api_keys):
+        mine = (key.requests_per_s, key.tokens_per_s)
+        first, theirs = limits.setdefault(key.tenant, (i, mine))
+        if theirs != mine:
+            raise ValueError(f"api_keys[{i}]: tenant {key.tenant!r} has requests_per_s/tokens_per_s {mine} but "
+                             f"api_keys[{first}] of the same tenant has {theirs}; a tenant's keys share its limits")
 
 
 def default_pools() -> list[PoolConfig]:
@@ -95,15 +170,23 @@ class BatchApiConfig(BaseModel):
 
 
 class AppConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Errors name the field and the rule, never the value: a raw key pasted into a
+    # `sha256` field must not end up in a log.
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     model_name: str = "llama2-70b-sim"
     pools: list[PoolConfig] = Field(default_factory=default_pools)
     lengths: LengthClassConfig = LengthClassConfig()
     services: dict[str, ServiceClass] = Field(default_factory=default_service_classes)
     default_service_class: str = "interactive"
-    # Empty: no auth, the service class comes from the X-Service-Class header.
+    # Empty (and no api_keys_file): no auth, the service class comes from the
+    # X-Service-Class header.
     api_keys: list[ApiKey] = Field(default_factory=list)
+    # A JSON or YAML file with more keys (app.auth.load_key_file), read once when the app
+    # is built; its entries are merged into api_keys / admin_keys and the path cleared.
+    api_keys_file: str | None = None
+    # Keys for /admin/*; empty: the admin endpoints answer 403 (disabled).
+    admin_keys: list[AdminKey] = Field(default_factory=list)
     default_max_tokens: int = Field(default=256, gt=0)
     # Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).
     rate_limit_burst_s: float = Field(default=5.0, gt=0)
@@ -117,39 +200,91 @@ class AppConfig(BaseModel):
     prior_output_tokens: int = Field(default=200, gt=0)
     predictor: PredictorConfig = PredictorConfig()
     batch_api: BatchApiConfig = BatchApiConfig()
+    # Splitwise's phase split; in effect when the pools have phases.
+    splitwise: SplitwiseServeConfig = SplitwiseServeConfig()
+
+    # ---- reliability (deployments.resume) ----
+    # A request whose replica fails is retried at most this often: streams resume
+    # where they stopped, other requests start over; then a 503 with Retry-After.
+    max_retries: int = Field(default=2, ge=0, le=5)
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:
+        self._load_key_file()
+        check_keys(self.api_keys, self.admin_keys)
+        self._check_engines()
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
-            raise ValueError(f"pool names must be unique: {names}")
+            raise ValueError(f"pools[].name: pool names must be unique: {names}")
+        if any(p.phase is not None for p in self.pools):
+            return self._check_phases()
         kinds = [p.kind for p in self.pools if p.kind is not None]
         if kinds:
             if len(kinds) != len(self.pools) or len(set(kinds)) != len(kinds):
-                raise ValueError("with replica kinds, every pool needs a distinct kind")
+                raise ValueError("pools[].kind: with replica kinds, every pool needs a distinct kind")
             if not {"interactive", "mixed"} <= set(kinds):
-                raise ValueError("replica kinds need at least an interactive and a mixed pool")
+                raise ValueError("pools[].kind: replica kinds need at least an interactive and a mixed pool")
             return self._check_services()
         seen: dict[str, str] = {}
-        for pool in self.pools:
+        for i, pool in enumerate(self.pools):
             for cls in pool.classes:
                 if cls not in LengthClassConfig.names():
-                    raise ValueError(f"pool {pool.name!r}: unknown length class {cls!r}")
+                    raise ValueError(f"pools[{i}].classes: pool {pool.name!r}: unknown length class {cls!r}; "
+                                     f"known: {LengthClassConfig.names()}")
                 if cls in seen:
-                    raise ValueError(f"length class {cls} is in pools {seen[cls]!r} and {pool.name!r}")
+                    raise ValueError(f"pools[{i}].classes: length class {cls} is in pools {seen[cls]!r} and "
+                                     f"{pool.name!r}; each class needs exactly one pool")
                 seen[cls] = pool.name
         missing = sorted(set(LengthClassConfig.names()) - set(seen))
         if missing:
-            raise ValueError(f"length classes served by no pool: {missing}")
+            raise ValueError(f"pools[].classes: length classes served by no pool: {missing}")
         return self._check_services()
+
+    def _load_key_file(self) -> None:
+        if self.api_keys_file is None:
+            return
+        tenant_keys, admin_keys = load_key_file(self.api_keys_file)
+        self.api_keys = [*self.api_keys, *tenant_keys]
+        self.admin_keys = [*self.admin_keys, *admin_keys]
+        self.api_keys_file = None
+
+    def _check_engines(self) -> None:
+        """Unknown model or GPU names would otherwise fail in a replica, after start."""
+        for i, pool in enumerate(self.pools):
+            engine = pool.engine
+            if isinstance(engine, SimEngineConfig) and engine.model not in MODELS:
+                raise ValueError(f"pools[{i}].engine.model: unknown model {engine.model!r}; known: {sorted(MODELS)}")
+            if engine.hardware not in GPUS:
+                raise ValueError(f"pools[{i}].engine.hardware: unknown GPU {engine.hardware!r}; known: {sorted(GPUS)}")
 
     def _check_services(self) -> AppConfig:
         if self.default_service_class not in self.services:
-            raise ValueError(f"default_service_class {self.default_service_class!r} is not in services")
-        for key in self.api_keys:
+            raise ValueError(f"default_service_class {self.default_service_class!r} is not in services "
+                             f"{sorted(self.services)}")
+        for name, service in self.services.items():
+            if service.name != name:
+                raise ValueError(f"services.{name}.name must be {name!r} (its key), not {service.name!r}")
+        for i, key in enumerate(self.api_keys):
             if key.service_class not in self.services:
-                raise ValueError(f"api key of tenant {key.tenant!r}: unknown service class {key.service_class!r}")
+                raise ValueError(f"api_keys[{i}].service_class (tenant {key.tenant!r}): unknown service class "
+                                 f"{key.service_class!r}; known: {sorted(self.services)}")
         return self
+
+    def _check_phases(self) -> AppConfig:
+        """Splitwise: every pool has a phase (and no Chiron kind), a prompt and a token pool
+        exist, and each pool's engine gets its phase's machine-level scheduler."""
+        phases = [p.phase for p in self.pools]
+        if None in phases or any(p.kind is not None for p in self.pools):
+            raise ValueError("with phases (Splitwise), every pool needs a phase and none a kind")
+        if not {"prompt", "token"} <= set(phases):
+            raise ValueError(f"a phase split needs a prompt and a token pool; phases: {phases}")
+        for i, pool in enumerate(self.pools):
+            pool.engine = phase_engine(pool.engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
+        return self._check_services()
+
+    @property
+    def phase_split(self) -> bool:
+        return any(p.phase is not None for p in self.pools)
 
     def pool_of_kind(self, kind: str) -> str | None:
         return next((p.deployment_name for p in self.pools if p.kind == kind), None)
@@ -158,6 +293,8 @@ class AppConfig(BaseModel):
         """Length class -> pool; with replica kinds every class starts at the interactive pool."""
         if self.pool_of_kind("interactive"):
             return dict.fromkeys(LengthClassConfig.names(), self.pool_of_kind("interactive"))
+        if self.phase_split:  # Splitwise: the coordinator places both phases of every request
+            return dict.fromkeys(LengthClassConfig.names(), next(p.deployment_name for p in self.pools if p.phase == "prompt"))
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
 
     @property

@@ -7,12 +7,14 @@ format before any replica sees the request.
 
 import asyncio
 import json
+import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI, Request as HTTPRequest
+from fastapi import FastAPI
+from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from ray import serve
@@ -20,25 +22,39 @@ from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from app.auth import Authenticator, Tenant
 from app.classify import Classifier, UnknownServiceClass
-from app.config import AppConfig, hash_key
+from app.config import AdminKey, AppConfig, PoolConfig
 from app.openai_api import (
     APIError,
+    BatchCreateRequest,
     ChatCompletionRequest,
     CompletionRequest,
     chat_body,
     completion_body,
+    invalid_request,
+    openapi_body,
     usage_dict,
 )
 from app.predictor_config import make_predictor
 from app.prompt_tokenizer import prompt_tokenizer
-from app.sampling import sampling_of
 from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter
+from app.sampling import sampling_of
+from deployments.admin import (
+    ClockRequest,
+    DrainRequest,
+    deployed_policy,
+    profiles_in_use,
+)
 from deployments.metrics import IngressMetrics
-from deployments.plan_store import follow_plan
+from deployments.phase_split import PhaseSplit
+from deployments.plan_store import follow_plan, plan_store
+from deployments.resume import ResumableStream, StreamBroken, call_with_retries
 from deployments.tracing import tracer
+from energy.hardware import GPUS
 
+logger = logging.getLogger("ray.serve")
 fastapi_app = FastAPI(title="wattwise", description="SLO-aware, energy-efficient LLM serving (OpenAI API).")
 
 ROUTE_COMPLETIONS = "/v1/completions"
@@ -47,6 +63,11 @@ SERVICE_CLASS_HEADER = "x-service-class"
 
 
 POOL_FULL = "pool_full"
+# /v1/files reads its form itself; this is what the route takes, for /openapi.json.
+FILE_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
+    "type": "object", "required": ["file", "purpose"],
+    "properties": {"file": {"type": "string", "format": "binary", "description": "JSONL, one request per line"},
+                   "purpose": {"type": "string", "enum": ["batch"]}}}}}}}
 
 
 def _overloaded() -> APIError:
@@ -57,6 +78,40 @@ def _overloaded() -> APIError:
 def _replica_failed(exc: Exception) -> APIError:
     return APIError(503, f"The replica serving this request failed ({type(exc).__name__}); retry.", "server_error",
                     code="replica_failed", retry_after_s=1)
+
+
+def _refusal(result: dict[str, Any]) -> APIError | None:
+    """A replica's answer that it did not serve the request: squashed after waiting past
+    its deadline (DynamoLLM), or shed on overload. Both are worth retrying later."""
+    if result.get("squashed"):
+        return APIError(503, f"The request waited {result['waited_s']:.0f} s without starting and was dropped; "
+                        "retry.", "overloaded", code="request_squashed", retry_after_s=1)
+    if result.get("rejected"):
+        return APIError(503, f"The replica is overloaded ({result['reason']}); retry later.", "overloaded",
+                        code=POOL_FULL, retry_after_s=result["retry_after_s"])
+    return None
+
+
+def _stream_failure(exc: Exception) -> APIError:
+    if isinstance(exc, BackPressureError):
+        return _overloaded()
+    if isinstance(exc, (RayError, StreamBroken)):
+        return _replica_failed(exc)
+    return APIError(500, f"The stream failed ({type(exc).__name__}).", "server_error")
+
+
+def _outcome_of(err: APIError) -> str:
+    return "error_retryable" if err.retry_after_s is not None else "error_final"
+
+
+def _error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+
+
+def _audit(key: AdminKey, action: str, change: bool = True) -> None:
+    """Who did what on /admin/*, by the key's name (never the key); reads (polled by
+    dashboards) only at debug level."""
+    logger.log(logging.INFO if change else logging.DEBUG, "wattwise admin %r: %s", key.name, action)
 
 
 def _service_report(request: Any, pool: str, result: dict[str, Any]) -> dict[str, Any] | None:
@@ -76,6 +131,7 @@ def _service_report(request: Any, pool: str, result: dict[str, Any]) -> dict[str
         "slo_ttft_s": request.slo.ttft_s,
         "slo_tbt_s": request.slo.tbt_s,
         "slo_met": usage["ttft_s"] <= request.slo.ttft_s and mean_tbt_s <= request.slo.tbt_s,
+        **({"splitwise": result["splitwise"]} if result.get("splitwise") else {}),
     }
 
 
@@ -90,15 +146,18 @@ def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
 @serve.ingress(fastapi_app)
 class Ingress:
     def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
-                 batch_queue: DeploymentHandle | None = None) -> None:
+                 batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
         self.config = AppConfig.model_validate(config)
+        # Splitwise: both phases of a request placed by the coordinator (deployments.phase_split).
+        self.phase_split = PhaseSplit(pools, splitwise, self.config.splitwise) if splitwise else None
         self.prompts = prompt_tokenizer(self.config)
         self.pools = pools
         self.batch_queue = batch_queue
         self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
         self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
-        self.keys = {k.sha256: k for k in self.config.api_keys}
+        self.auth = Authenticator(self.config.api_keys, self.config.admin_keys, self.config.default_service_class)
+        self.drained: set[str] = set()  # pools taking no new requests (POST /admin/drain), per ingress replica
         self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in self.config.api_keys},
                                      self.config.rate_limit_burst_s)
         self.metrics = IngressMetrics()
@@ -117,16 +176,141 @@ class Ingress:
     def health(self) -> dict[str, str]:
         return {"status": "ok"}
 
+    @fastapi_app.get("/health/ready")
+    def ready(self) -> JSONResponse:
+        """Unauthenticated readiness (load balancers, LocalServe): is every pool deployment
+        healthy? 200 or 503, and nothing more than that per pool."""
+        pools = {name: "HEALTHY" in info["status"] for name, info in self.pools_status().items()}
+        ready = bool(pools) and all(pools.values())
+        return JSONResponse({"ready": ready, "pools": pools}, status_code=200 if ready else 503)
+
     @fastapi_app.get("/v1/models")
-    def models(self) -> dict[str, Any]:
+    def models(self, http: HTTPRequest) -> Any:
+        try:
+            self._authenticate(http)
+        except APIError as err:
+            return _error_response(err)
         return {
             "object": "list",
             "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
         }
 
+    # ---- admin: an admin key (app.auth); each action is logged with the key's name ------
     @fastapi_app.get("/admin/pools")
+    def admin_pools(self, http: HTTPRequest) -> Any:
+        """Replica counts per pool as Serve reports them (dashboards, the demo)."""
+        try:
+            self._admin(http, "read pools")
+        except APIError as err:
+            return _error_response(err)
+        return self.pools_status()
+
+    @fastapi_app.get("/admin/requests")
+    def admin_requests(self, http: HTTPRequest) -> Any:
+        """This ingress replica's accepted / outcome / retry counts since it started: every
+        accepted request must show up as exactly one outcome (fault tests, soak bench)."""
+        try:
+            self._admin(http, "read request counts")
+        except APIError as err:
+            return _error_response(err)
+        return dict(self.metrics.counts)
+
+    @fastapi_app.get("/admin/splitwise")
+    async def admin_splitwise(self, http: HTTPRequest) -> Any:
+        """The Splitwise coordinator's roles, pending and assigned tokens, transfer counts."""
+        try:
+            self._admin(http, "read splitwise")
+            if self.phase_split is None:
+                raise APIError(404, "This app has no prompt/token split (no `splitwise:` block).", code="not_found")
+        except APIError as err:
+            return _error_response(err)
+        return await self.phase_split.coordinator.stats.remote()
+
+    @fastapi_app.get("/admin/plan")
+    async def admin_plan(self, http: HTTPRequest) -> Any:
+        """The controller's last published plan, the operators' overrides, drained pools."""
+        try:
+            self._admin(http, "read plan")
+        except APIError as err:
+            return _error_response(err)
+        view = await plan_store(self.app_name).admin_view.remote()
+        return {**view, "drained": sorted(self.drained)}
+
+    @fastapi_app.get("/admin/profiles")
+    async def admin_profiles(self, http: HTTPRequest) -> Any:
+        """The energy profiles the autoscaling policy plans with ([] for policies without)."""
+        try:
+            self._admin(http, "read profiles")
+            kwargs = await asyncio.to_thread(deployed_policy, self.app_name)
+            return {"object": "list", "data": await asyncio.to_thread(profiles_in_use, kwargs)}
+        except APIError as err:
+            return _error_response(err)
+        except (OSError, ValueError, KeyError) as exc:
+            return _error_response(APIError(500, f"The policy's energy profile cannot be read ({exc}).",
+                                            "server_error", code="profile_unreadable"))
+
+    @fastapi_app.post("/admin/clocks", openapi_extra=openapi_body(ClockRequest))
+    async def admin_clocks(self, http: HTTPRequest) -> Any:
+        """Pin a pool's GPU clock. It goes into the plan store as an override: the pool's
+        replicas apply it and forward it to their node's GPU-control actor (the only code
+        that touches NVML); the ingress never sets clocks itself."""
+        try:
+            key = self._admin(http, None)
+            body = await self._parse(http, ClockRequest, check_model=False)
+            pool = self._pool_config(body.pool)
+            gpu = GPUS[pool.engine.hardware]
+            if body.clock_mhz is not None and not gpu.min_clock_mhz <= body.clock_mhz <= gpu.max_clock_mhz:
+                raise APIError(400, f"Invalid value for 'clock_mhz': {pool.engine.hardware} supports "
+                               f"{gpu.min_clock_mhz}-{gpu.max_clock_mhz} MHz.", param="clock_mhz")
+            version = await plan_store(self.app_name).override.remote(
+                "clock_mhz", pool.deployment_name, body.clock_mhz)
+        except APIError as err:
+            return _error_response(err)
+        _audit(key, f"clock of {pool.deployment_name} -> {body.clock_mhz} MHz (plan version {version})")
+        return {"pool": pool.deployment_name, "clock_mhz": body.clock_mhz, "plan_version": version}
+
+    @fastapi_app.post("/admin/drain", openapi_extra=openapi_body(DrainRequest))
+    async def admin_drain(self, http: HTTPRequest) -> Any:
+        """Stop (drain: true) or resume routing new requests to a pool; requests already
+        on it finish. Per ingress replica (the app runs one)."""
+        try:
+            key = self._admin(http, None)
+            body = await self._parse(http, DrainRequest, check_model=False)
+            name = self._pool_config(body.pool).deployment_name
+        except APIError as err:
+            return _error_response(err)
+        (self.drained.add if body.drain else self.drained.discard)(name)
+        _audit(key, f"{'drained' if body.drain else 'resumed'} {name}")
+        return {"pool": name, "drained": body.drain, "all_drained": sorted(self.drained)}
+
+    def _admin(self, http: HTTPRequest, reading: str | None) -> AdminKey:
+        key = self.auth.admin(http.headers.get("authorization"))
+        if reading:
+            _audit(key, reading, change=False)
+        return key
+
+    def _pool_config(self, name: str) -> PoolConfig:
+        for pool in self.config.pools:
+            if name in (pool.name, pool.deployment_name):
+                return pool
+        raise APIError(404, f"No pool {name!r}; pools: {[p.name for p in self.config.pools]}.", param="pool",
+                       code="pool_not_found")
+
+    def _undrained(self, pool: str) -> str:
+        """`pool`, or while it is drained the next pool in config order that is not (a
+        larger-request pool serves smaller requests, as DynamoLLM's spill does)."""
+        if pool not in self.drained:
+            return pool
+        order = [p.deployment_name for p in self.config.pools]
+        i = order.index(pool)
+        for other in order[i + 1:] + order[:i][::-1]:
+            if other not in self.drained:
+                return other
+        raise APIError(503, "Every pool is drained by an operator; retry later.", "overloaded",
+                       code="pools_drained", retry_after_s=5)
+
     def pools_status(self) -> dict[str, Any]:
-        """Replica counts per pool as Serve reports them (for dashboards and the demo)."""
+        """Replica counts per pool as Serve reports them."""
         status = serve.status().applications[serve.get_replica_context().app_name]
         return {
             name: {"status": str(dep.status), "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}}
@@ -134,11 +318,11 @@ class Ingress:
             if name in self.pools
         }
 
-    @fastapi_app.post(ROUTE_COMPLETIONS)
+    @fastapi_app.post(ROUTE_COMPLETIONS, openapi_extra=openapi_body(CompletionRequest))
     async def completions(self, http: HTTPRequest) -> Any:
         return await self._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
 
-    @fastapi_app.post(ROUTE_CHAT)
+    @fastapi_app.post(ROUTE_CHAT, openapi_extra=openapi_body(ChatCompletionRequest))
     async def chat_completions(self, http: HTTPRequest) -> Any:
         return await self._serve(http, ROUTE_CHAT, ChatCompletionRequest, lambda b: b.prompt_text(), chat_body)
 
@@ -147,42 +331,56 @@ class Ingress:
         arrival_s = time.time()
         self._ensure_following_plan()
         try:
-            tenant, service_class = self._authenticate(http)
+            tenant = self._authenticate(http)
             body = await self._parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
-                request, pool = self._classify(body, prompt_of(body), tenant, service_class, arrival_s)
-                self._check_rate(tenant, request.prompt_tokens + request.max_tokens)
-                pool = self.router.pick(request.length_class, pool, allowed=set(self.pools))
+                request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
+                                               tenant.slo_override)
+                self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
+                pool = self._undrained(self.router.pick(request.length_class, pool,
+                                                        allowed=set(self.pools) - self.drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
-            candidates = await self._candidates(request.service_class, pool)
-            for i, pool in enumerate(candidates):
-                try:
-                    response = await self._respond(body, request, pool, render, route)
-                except APIError as err:
-                    if err.code == POOL_FULL and i + 1 < len(candidates):
-                        continue  # Chiron: overflow from a kind's own pool to the mixed pool
-                    raise
-                return response
+            candidates = [p for p in await self._candidates(request.service_class, pool) if p not in self.drained] or [pool]
+            self.metrics.accepted(route)
+            try:
+                for i, pool in enumerate(candidates):
+                    try:
+                        response = await self._respond(body, request, pool, render, route, candidates[i + 1:])
+                    except APIError as err:
+                        if err.code == POOL_FULL and i + 1 < len(candidates):
+                            continue  # Chiron: overflow from a kind's own pool to the mixed pool
+                        raise
+                    return response
+            except APIError as err:
+                self.metrics.outcome(route, _outcome_of(err))
+                raise
+            except asyncio.CancelledError:
+                self.metrics.outcome(route, "cancelled")
+                raise
         except APIError as err:
             self.metrics.record(route, err.status)
             return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
-    async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str) -> Any:
-        handle = self.pools[pool]
+    async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str,
+                       fallbacks: Sequence[str] = ()) -> Any:
+        """Serve on `pool`; a failed replica's request is retried there, then on `fallbacks`."""
         rid = f"cmpl-{request.request_id}"
+        pools = [pool, *fallbacks]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            gen = handle.options(stream=True).generate.remote(request)
+            gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried)
             first = await self._first_chunk(gen)
             self.metrics.record(route, 200)
             return StreamingResponse(
-                self._sse(gen, first, rid, body.model, render, request, pool, include_usage),
+                self._sse(gen, first, rid, body.model, render, request, route, include_usage),
                 media_type="text/event-stream",
             )
-        result = await self._call(handle.complete.remote(request))
+        result = await self._call(call_with_retries(
+            lambda p: self._start_complete(request, p), pools, self.config.max_retries, self.metrics.retried))
         self._learn(request, result)
         self.metrics.record(route, 200)
+        self.metrics.outcome(route, "completed")
         response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
         response["wattwise"] = _service_report(request, pool, result)
         return response
@@ -219,7 +417,7 @@ class Ingress:
             try:
                 parsed = schema.model_validate({**body, "stream": False})
             except ValidationError as exc:
-                raise APIError(400, f"Invalid request: {exc.errors()[0]['msg']}") from None
+                raise invalid_request(exc) from None
             if parsed.model != self.config.model_name:
                 raise APIError(404, f"The model '{parsed.model}' does not exist.", code="model_not_found")
             request, pool = self._classify(parsed, prompt_of(parsed), "batch-api", "batch", time.time())
@@ -241,7 +439,7 @@ class Ingress:
             raise APIError(404, "The Batch API is disabled in this deployment.", code="batch_api_disabled")
         return self.batch_queue
 
-    @fastapi_app.post("/v1/files")
+    @fastapi_app.post("/v1/files", openapi_extra=FILE_UPLOAD_BODY)
     async def upload_file(self, http: HTTPRequest) -> Any:
         try:
             queue = self._batch_api(http)
@@ -265,22 +463,15 @@ class Ingress:
         content = await self._batch_lookup(http, lambda q: q.file_content.remote(file_id), f"No file {file_id!r}.")
         return content if isinstance(content, JSONResponse) else Response(content, media_type="application/jsonl")
 
-    @fastapi_app.post("/v1/batches")
+    @fastapi_app.post("/v1/batches", openapi_extra=openapi_body(BatchCreateRequest))
     async def create_batch(self, http: HTTPRequest) -> Any:
         try:
             queue = self._batch_api(http)
-            data = json.loads(await http.body() or b"{}")
-            missing = [k for k in ("input_file_id", "endpoint", "completion_window") if k not in data]
-            if missing:
-                raise APIError(400, f"Missing fields: {missing}.", param=missing[0])
-            if data["endpoint"] not in (ROUTE_COMPLETIONS, ROUTE_CHAT):
-                raise APIError(400, f"endpoint must be {ROUTE_COMPLETIONS} or {ROUTE_CHAT}.", param="endpoint")
-            batch = await queue.create_batch.remote(data["input_file_id"], data["endpoint"], data["completion_window"])
+            body = await self._parse(http, BatchCreateRequest, check_model=False)
+            batch = await queue.create_batch.remote(body.input_file_id, body.endpoint, body.completion_window)
             if "error" in batch:
                 raise APIError(400, batch["error"], param="input_file_id")
             return batch
-        except json.JSONDecodeError as exc:
-            return JSONResponse(APIError(400, f"Request body is not valid JSON: {exc}").body(), status_code=400)
         except APIError as err:
             return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
@@ -303,44 +494,46 @@ class Ingress:
             raise APIError(429, f"Rate limit reached for tenant {tenant!r}; retry in {wait_s:.1f} s.", "requests",
                            code="rate_limit_exceeded", retry_after_s=wait_s)
 
-    def _authenticate(self, http: HTTPRequest) -> tuple[str, str]:
-        requested = http.headers.get(SERVICE_CLASS_HEADER)
-        if not self.keys:
-            return "default", requested or self.config.default_service_class
-        auth = http.headers.get("authorization", "")
-        token = auth[7:].strip() if auth.lower().startswith("bearer ") else ""
-        key = self.keys.get(hash_key(token)) if token else None
-        if key is None:
-            raise APIError(401, "Incorrect or missing API key.", "invalid_request_error", code="invalid_api_key")
-        return key.tenant, key.service_class
+    def _authenticate(self, http: HTTPRequest) -> Tenant:
+        return self.auth.tenant(http.headers.get("authorization"), http.headers.get(SERVICE_CLASS_HEADER))
 
-    async def _parse(self, http: HTTPRequest, schema: type) -> Any:
+    async def _read_body(self, http: HTTPRequest) -> bytes:
+        """The body, refused with 413 as soon as it is known to pass max_request_bytes: from
+        Content-Length before reading anything, else while it streams in."""
+        limit = self.config.max_request_bytes
+        too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
         declared = http.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self.config.max_request_bytes:
-            raise APIError(413, f"Request body exceeds {self.config.max_request_bytes} bytes.", code="request_too_large")
-        raw = await http.body()
-        if len(raw) > self.config.max_request_bytes:
-            raise APIError(413, f"Request body exceeds {self.config.max_request_bytes} bytes.", code="request_too_large")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in http.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _parse(self, http: HTTPRequest, schema: type, check_model: bool = True) -> Any:
+        raw = await self._read_body(http)
         try:
             data = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, too deep, huge integers
             raise APIError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
         if not isinstance(data, dict):
             raise APIError(400, "Request body must be a JSON object.", code="invalid_json")
         try:
             body = schema.model_validate(data)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            param = ".".join(str(p) for p in first["loc"]) or None
-            raise APIError(400, f"Invalid value for '{param}': {first['msg']}", param=param) from None
-        if body.model != self.config.model_name:
+            raise invalid_request(exc) from None
+        if check_model and body.model != self.config.model_name:
             raise APIError(
                 404, f"The model '{body.model}' does not exist. Available: '{self.config.model_name}'.",
                 param="model", code="model_not_found",
             )
         return body
 
-    def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float):
+    def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float,
+                  slo_override: dict[str, float] | None = None):
         sampling = sampling_of(body)
         prompt = self.prompts.render(body, prompt)
         prompt_tokens = self.prompts.count(prompt)
@@ -363,7 +556,8 @@ class Ingress:
         predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt, request_id)
         try:
             request, pool = self.classifier.classify(
-                request_id, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant
+                request_id, prompt_tokens, max_tokens, predicted, service_class, arrival_s, tenant,
+                slo_override=slo_override,
             )
         except UnknownServiceClass as exc:
             raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
@@ -375,24 +569,39 @@ class Ingress:
             result = await response
         except BackPressureError:
             raise _overloaded() from None
-        except RayError as exc:
+        except (RayError, StreamBroken) as exc:
             raise _replica_failed(exc) from None
-        if result.get("squashed"):
-            raise APIError(503, f"The request waited {result['waited_s']:.0f} s without starting and was dropped; "
-                           "retry.", "overloaded", code="request_squashed", retry_after_s=1)
+        refused = _refusal(result)
+        if refused is not None:
+            raise refused
         return result
 
     async def _first_chunk(self, gen: Any) -> dict[str, Any]:
         """Await the first chunk before answering 200, so overload still gets a 503."""
         return await self._call(gen.__anext__())
 
-    async def _sse(self, gen, first, rid, model, render, request, pool, include_usage) -> AsyncIterator[str]:
+    def _start_stream(self, request: Any, pool: str) -> Any:
+        if self.phase_split is not None:
+            return self.phase_split.stream(request)
+        return self.pools[pool].options(stream=True).generate.remote(request)
+
+    def _start_complete(self, request: Any, pool: str) -> Any:
+        if self.phase_split is not None:
+            return self.phase_split.complete(request)
+        return self.pools[pool].complete.remote(request)
+
+    async def _sse(self, gen, first, rid, model, render, request, route, include_usage) -> AsyncIterator[str]:
+        """Stream chunks as SSE; a replica failure past the retries ends the stream with an
+        OpenAI error event (retryable: 503 + retry_after), never silently."""
         chunk = first
         try:
             while True:
+                refused = _refusal(chunk)
+                if refused is not None:
+                    raise refused
                 body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True)
                 if chunk["finish_reason"]:
-                    body["wattwise"] = _service_report(request, pool, chunk)
+                    body["wattwise"] = _service_report(request, gen.pool, chunk)
                 yield f"data: {json.dumps(body)}\n\n"
                 if chunk["finish_reason"]:
                     self._learn(request, chunk)
@@ -401,15 +610,17 @@ class Ingress:
                         final["choices"] = []
                         yield f"data: {json.dumps(final)}\n\n"
                     yield "data: [DONE]\n\n"
+                    self.metrics.outcome(route, "completed")
                     return
                 chunk = await gen.__anext__()
         except (asyncio.CancelledError, GeneratorExit):
             gen.cancel()
+            self.metrics.outcome(route, "cancelled")
             raise
-        except StopAsyncIteration:
-            yield f"data: {json.dumps(APIError(500, 'The replica ended the stream early.', 'server_error').body())}\n\n"
-        except RayError as exc:
-            yield f"data: {json.dumps(_replica_failed(exc).body())}\n\n"
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an error event
+            err = exc if isinstance(exc, APIError) else _stream_failure(exc)
+            self.metrics.outcome(route, _outcome_of(err))
+            yield f"data: {json.dumps(err.body())}\n\n"
 
     def _learn(self, request: Any, result: dict[str, Any]) -> None:
         if result.get("usage"):

@@ -14,12 +14,15 @@ from typing import Any
 import ray
 from ray import serve
 
+from app.splitwise_config import SplitwiseServeConfig
 from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
+from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
 from deployments.metrics import ReplicaMetrics
 from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
+from engines.batching import RequestShed
 from engines.protocol import GenerationChunk, RequestSquashed
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from engines.factory import make_engine
@@ -91,6 +94,38 @@ class LLMReplica:
     async def generate(self, request: Request) -> AsyncIterator[dict[str, Any]]:
         """Stream dicts of {text, num_tokens, finish_reason, usage}; the first token is
         sent at once, later ones batched every `stream_flush_s` (each yield is a Ray object)."""
+        async for item in self._flushed(request, self.engine.generate(request)):
+            yield item
+
+    async def prefill(self, request: Request, settings: dict[str, Any], token_replica: str) -> dict[str, Any]:
+        """Splitwise prompt phase (deployments.kv_handoff): {chunk: the first token (None
+        with vLLM), kv: the KvHandle for `token_replica`, replica: this one}, or a refusal."""
+        self._ensure_following_plan()
+        replica = serve.get_replica_context().replica_id.unique_id
+        try:
+            first, kv = await run_prompt(self.engine, request, SplitwiseServeConfig(**settings), replica,
+                                         token_replica == replica)
+        except RequestSquashed as exc:
+            return {"chunk": _squashed(exc), "kv": None, "replica": replica}
+        except RequestShed as exc:
+            return {"chunk": _shed(exc), "kv": None, "replica": replica}
+        if first is not None and first.finish_reason is not None:
+            self._record(request, first)
+        chunk = None if first is None else _chunk_dict(first.text, first.num_tokens, first)
+        return {"chunk": chunk, "kv": kv, "replica": replica}
+
+    async def decode(self, request: Request, kv: KvHandle, timeout_s: float) -> AsyncIterator[dict[str, Any]]:
+        """Splitwise token phase: stream the rest of the request from the prompt replica's
+        KV (recomputing the prompt if it does not arrive); the last chunk says how it came."""
+        outcome: list[str] = []
+        replica = serve.get_replica_context().replica_id.unique_id
+        async for item in self._flushed(request, run_tokens(self.engine, request, kv, replica, timeout_s, outcome)):
+            if item.get("finish_reason") is not None:
+                item["kv"] = outcome[0] if outcome else None
+                item["replica"] = replica
+            yield item
+
+    async def _flushed(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[dict[str, Any]]:
         self._ensure_following_plan()
         with tracer.start_as_current_span("wattwise.replica.generate") as span:
             span.set_attribute("wattwise.pool", self.pool)
@@ -99,7 +134,7 @@ class LLMReplica:
             tokens = 0
             last_flush = 0.0
             try:
-                async for chunk in self.engine.generate(request):
+                async for chunk in chunks:
                     text.append(chunk.text)
                     tokens += chunk.num_tokens
                     now = time.monotonic()
@@ -114,7 +149,11 @@ class LLMReplica:
                         tokens = 0
                         last_flush = now
             except RequestSquashed as exc:
+                self.metrics.record_refusal("squashed")
                 yield _squashed(exc)
+            except RequestShed as exc:
+                self.metrics.record_refusal("shed")
+                yield _shed(exc)
 
     async def complete(self, request: Request) -> dict[str, Any]:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
@@ -127,7 +166,11 @@ class LLMReplica:
                     self._record(request, chunk)
                     return _chunk_dict("".join(text), chunk.usage.completion_tokens if chunk.usage else 0, chunk)
         except RequestSquashed as exc:
+            self.metrics.record_refusal("squashed")
             return _squashed(exc)
+        except RequestShed as exc:
+            self.metrics.record_refusal("shed")
+            return _shed(exc)
         raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:
@@ -150,6 +193,13 @@ class LLMReplica:
 def _squashed(exc: RequestSquashed) -> dict[str, Any]:
     return {"squashed": True, "waited_s": exc.waited_s, "text": "", "num_tokens": 0, "finish_reason": None,
             "usage": None}
+
+
+def _shed(exc: RequestShed) -> dict[str, Any]:
+    """Overload at arrival (queue cap or wait past the TTFT target): answered, not raised,
+    so the ingress can tell it from a replica failure and reply 503 + Retry-After."""
+    return {"rejected": True, "reason": exc.reason, "retry_after_s": exc.retry_after_s, "text": "",
+            "num_tokens": 0, "finish_reason": None, "usage": None}
 
 
 def _chunk_dict(text: str, num_tokens: int, chunk: GenerationChunk) -> dict[str, Any]:

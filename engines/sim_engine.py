@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.splitwise.config import MachineConfig
+from autoscaling.splitwise.machine import machine_policies
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from core.request import Request
@@ -22,6 +24,9 @@ from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
 from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
 
+# Request metadata: the continuation of a request another replica started (deployments.
+# resume) begins at this output token, so its deterministic text goes on where it stopped.
+RESUME_OFFSET_KEY = "resume_offset_tokens"
 _SQUASHED = object()  # queue marker: the request was squashed before it started
 _WORDS = (
     "the of and to in is that for it as with was on be by this are at from or an have not but "
@@ -46,8 +51,15 @@ class SimEngineConfig(BaseModel):
     # Requests that never started within this long (and their TTFT target) are dropped
     # with RequestSquashed so the client retries elsewhere; None keeps them waiting.
     squash_after_s: float | None = Field(default=60.0, gt=0)
+    # Overload: at most this many requests wait in the replica; a request that would
+    # queue behind one waiting longer than shed_wait_factor x its TTFT target is shed
+    # (RequestShed -> 503 + Retry-After). None: unbounded / never shed.
+    max_waiting_requests: int | None = Field(default=256, gt=0)
+    shed_wait_factor: float | None = Field(default=10.0, gt=0)
     # throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz.
     throttllem: ThrottllemConfig | None = None
+    # Splitwise: the replica's phase pool picks its batcher hooks (§IV-B); None: none.
+    splitwise: MachineConfig | None = None
 
 
 def count_words(text: str) -> int:
@@ -73,11 +85,14 @@ class SimEngine:
                 tensor_parallel=config.tensor_parallel, clock_mhz=config.clock_mhz,
                 batch_limit=config.batch_limit, max_batched_tokens=config.max_batched_tokens,
                 interactive_first=config.interactive_first,
+                max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
             ),
         )
         if config.throttllem is not None:
             self.batcher.admission, self.batcher.clock_policy = replica_policies(
                 perf, self.batcher.config, config.throttllem)
+        if config.splitwise is not None:
+            self.batcher.admission, self.batcher.preemption = machine_policies(config.splitwise)
         self.max_context_tokens = perf.model.max_context_tokens
         self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup = asyncio.Event()
@@ -102,13 +117,25 @@ class SimEngine:
     def set_tensor_parallel(self, tp: int) -> None:
         self.batcher.set_tensor_parallel(tp)
 
-    async def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+        return self._stream(request, lambda: self.batcher.add(request, self._clock()))
+
+    def resume(self, request: Request, prior: Sequence, kv_present: bool) -> AsyncIterator[GenerationChunk]:
+        """Splitwise token phase: continue a sequence a prompt replica started, from its
+        transferred KV (or, without it, after recomputing the prompt); streams only new tokens."""
+        return self._stream(request, lambda: self.batcher.resume(request, prior, self._clock(), kv_present))
+
+    async def _stream(self, request: Request, enter: Callable[[], Sequence]) -> AsyncIterator[GenerationChunk]:
+        """The request's own generator (no wrapper around it), so closing what generate()
+        returns runs the `finally` below and aborts the request at once."""
+        seq = enter()
         self._ensure_loop()
         queue: asyncio.Queue = asyncio.Queue()
-        seq = self.batcher.add(request, self._clock())
         self._queues[request.request_id] = queue
         self._wakeup.set()
-        sent = 0
+        sent = seq.generated
+        # A continuation of a request another replica started goes on with its text.
+        offset = int(request.metadata.get(RESUME_OFFSET_KEY, 0))
         try:
             while True:
                 item = await queue.get()
@@ -120,13 +147,13 @@ class SimEngine:
                 n = seq.generated - sent
                 if item is None or seq.done:
                     yield GenerationChunk(
-                        placeholder_text(request.request_id, sent, n), n,
+                        placeholder_text(request.request_id, offset + sent, n), n,
                         finish_reason="length" if seq.generated >= request.max_tokens else "stop",
                         usage=self._usage(seq),
                     )
                     return
                 if n:
-                    yield GenerationChunk(placeholder_text(request.request_id, sent, n), n)
+                    yield GenerationChunk(placeholder_text(request.request_id, offset + sent, n), n)
                     sent += n
         finally:
             self._queues.pop(request.request_id, None)

@@ -9,6 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
+from tests.live_app import metric_sum, wait_for
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -108,30 +109,13 @@ def test_bad_api_key_is_401(served: LocalServe, key: str | None) -> None:
         _client(served, "sk-wrong").completions.create(model=MODEL, prompt="hi", max_tokens=2)
 
 
-def _metric_sum(served: LocalServe, name: str, **labels: str) -> float:
-    total = 0.0
-    for line in httpx.get(served.metrics_url, timeout=10).text.splitlines():
-        if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
-            total += float(line.rsplit(" ", 1)[1])
-    return total
-
-
-def _wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-
-
 def test_client_disconnect_frees_the_slot(served: LocalServe) -> None:
     client = _client(served)
     stream = client.completions.create(model=MODEL, prompt=_words(2000), max_tokens=4000, stream=True)
     next(iter(stream))
-    _wait_for(lambda: _metric_sum(served, "ray_wattwise_num_requests_running", pool="long") >= 1, 60, "running")
+    wait_for(lambda: metric_sum(served, "ray_wattwise_num_requests_running", pool="long") >= 1, 60, "running")
     stream.close()
-    _wait_for(lambda: _metric_sum(served, "ray_wattwise_num_requests_running", pool="long") == 0, 60, "slot freed")
+    wait_for(lambda: metric_sum(served, "ray_wattwise_num_requests_running", pool="long") == 0, 60, "slot freed")
 
 
 def test_metrics_and_spans_appear(served: LocalServe) -> None:
@@ -144,8 +128,8 @@ def test_metrics_and_spans_appear(served: LocalServe) -> None:
         "ray_wattwise_power_watts",
         "ray_wattwise_gpu_clock_mhz",
     ):
-        _wait_for(lambda n=name: _metric_sum(served, n) > 0, 60, name)
-    _wait_for(lambda: served.spans_path.exists() and "wattwise.classify" in served.spans_path.read_text(), 30, "spans")
+        wait_for(lambda n=name: metric_sum(served, n) > 0, 60, name)
+    wait_for(lambda: served.spans_path.exists() and "wattwise.classify" in served.spans_path.read_text(), 30, "spans")
 
 
 def _replicas(served: LocalServe, pool: str) -> int:
@@ -174,7 +158,7 @@ def test_autoscaling_raises_and_lowers_replicas(served: LocalServe) -> None:
     finally:
         task_loop.close()
     assert peak >= 2
-    _wait_for(lambda: _replicas(served, "pool-short") == 1, 90, "scale back down to 1")
+    wait_for(lambda: _replicas(served, "pool-short") == 1, 90, "scale back down to 1")
 
 
 def test_rate_limited_tenant_gets_429_with_retry_after(served: LocalServe) -> None:

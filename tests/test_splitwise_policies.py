@@ -90,3 +90,120 @@ def test_search_matches_brute_force():
     brute = min((cost(p, t), p, t) for p in range(1, 6) for t in range(1, 6) if meets(p, t))
     assert (best.cost, best.prompt, best.token) == brute
     assert len(trials) < 25
+
+
+# ---- the Ray Serve side: pieces that run without Ray ----------------------------------
+
+def test_a_deployed_mixed_pool_stays_mixed_and_takes_the_overflow():
+    s = scheduler(1, 1, prompt_queue_threshold_tokens=100)
+    s.add_replica(2, MIXED)
+    s.ledger.report(0, 500)
+    a = s.assign(50, 10, now_s=0.0)
+    assert a.prompt.replica_id == 2 and s.pulled_into_mixed == 0
+    s.finished(2, PROMPT)
+    s.rebalance(now_s=1e6)
+    assert s.role[2] is MIXED and s.repurposed == 0
+
+
+def test_machine_policies_by_phase():
+    from autoscaling.splitwise.config import MachineConfig
+    from autoscaling.splitwise.machine import (
+        AgingPreemption,
+        KvHeadroomAdmission,
+        machine_policies,
+    )
+
+    for phase, admission in (("prompt", type(None)), ("token", KvHeadroomAdmission), ("mixed", type(None))):
+        got_admission, preemption = machine_policies(MachineConfig(phase=phase))
+        assert isinstance(got_admission, admission) and isinstance(preemption, AgingPreemption)
+
+
+def _phase_pools(*phases, **engine):
+    return [{"name": p, "phase": p, "classes": ["SS"], "engine": engine} for p in phases]
+
+
+def test_a_phase_split_config_needs_prompt_and_token_pools_and_sets_their_engines():
+    import pytest
+    from pydantic import ValidationError
+
+    from app.config import AppConfig
+
+    config = AppConfig.model_validate({"pools": _phase_pools("prompt", "token", "mixed"),
+                                       "splitwise": {"scheduling": {"prompt_batch_tokens": 1024}}})
+    engines = {p.phase: p.engine for p in config.pools}
+    assert engines["prompt"].max_batched_tokens == 1024 and engines["token"].max_batched_tokens == 8192
+    assert {phase: e.splitwise.phase for phase, e in engines.items()} == {"prompt": "prompt", "token": "token",
+                                                                         "mixed": "mixed"}
+    assert set(config.pool_of_class().values()) == {"pool-prompt"}
+    assert AppConfig.model_validate(config.model_dump(mode="json")).pools == config.pools  # stable re-validation
+    with pytest.raises(ValidationError, match="a prompt and a token pool"):
+        AppConfig.model_validate({"pools": _phase_pools("prompt", "mixed")})
+    with pytest.raises(ValidationError, match="every pool needs a phase"):
+        AppConfig.model_validate({"pools": [*_phase_pools("prompt", "token"),
+                                            {"name": "x", "kind": "mixed", "classes": ["SS"]}]})
+    vllm = {"kind": "vllm", "model": "/m", "kv_transfer": {"role": "kv_consumer", "storage_path": "/kv"}}
+    with pytest.raises(ValidationError, match="a prompt pool needs one of"):
+        AppConfig.model_validate({"pools": _phase_pools("prompt", "token", **vllm)})
+
+
+def test_the_assigned_replica_is_ranked_first_and_a_gone_one_falls_back():
+    from types import SimpleNamespace
+
+    from deployments.phase_router import assigned_first
+
+    a, b, c = (SimpleNamespace(replica_id=SimpleNamespace(unique_id=u)) for u in "abc")
+    ranks = [[a], [b], [c]]
+    assert assigned_first(ranks, [a, b, c], "c") == [[c], [a], [b]]
+    assert assigned_first(ranks, [a, b, c], "gone") == ranks
+    assert assigned_first(ranks, [a, b, c], None) == ranks
+
+
+def _split_run(prompt_tokens: int, out_tokens: int, lost: bool) -> tuple[str, str, int, float]:
+    """Prompt on one sim engine, tokens on another (KV local or lost): text, how, tokens, TTFT."""
+    import asyncio
+    import time
+
+    from app.splitwise_config import SplitwiseServeConfig
+    from core.request import Request
+    from core.slo import SLO
+    from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
+    from engines.sim_engine import SimEngine
+
+    async def run() -> tuple[str, str, int, float]:
+        prompt_engine, token_engine = SimEngine(), SimEngine()
+        request = Request("r1", prompt_tokens, out_tokens, time.time(), SLO(ttft_s=10, tbt_s=1))
+        settings = SplitwiseServeConfig(transfer_failure_prob=1.0 if lost else 0.0)
+        first, kv = await run_prompt(prompt_engine, request, settings, "p", same_replica=not lost)
+        if not lost:  # the same replica would keep its KV; here it is handed over as if it had
+            kv = KvHandle("t", kv.via, generated=kv.generated, first_token_s=kv.first_token_s,
+                          last_token_s=kv.last_token_s, energy_j=kv.energy_j)
+        outcome: list[str] = []
+        chunks = [c async for c in run_tokens(token_engine, request, kv, "t", 0.01, outcome)]
+        await prompt_engine.shutdown()
+        await token_engine.shutdown()
+        return first.text + "".join(c.text for c in chunks), outcome[0], chunks[-1].usage.completion_tokens, \
+            chunks[-1].usage.e2e_s
+
+    return asyncio.run(run())
+
+
+def test_kv_handoff_on_the_sim_engine_continues_the_sequence_or_recomputes():
+    import asyncio
+    import time
+
+    from core.request import Request
+    from core.slo import SLO
+    from engines.sim_engine import SimEngine
+
+    async def whole() -> str:
+        engine = SimEngine()
+        text = "".join([c.text async for c in engine.generate(Request("r1", 300, 12, time.time(), SLO(ttft_s=10, tbt_s=1)))])
+        await engine.shutdown()
+        return text
+
+    reference = asyncio.run(whole())
+    text, how, tokens, kept_e2e_s = _split_run(300, 12, lost=False)
+    assert (text, how, tokens) == (reference, "local", 12)
+    text, how, tokens, lost_e2e_s = _split_run(300, 12, lost=True)
+    assert (text, how, tokens) == (reference, "recomputed", 12)
+    assert lost_e2e_s > kept_e2e_s  # the timeout and the recomputed prompt cost time

@@ -20,6 +20,8 @@ commands:
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit the performance model and print its held-out error
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
+  plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
+  prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
   bench      run a benchmark: ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
 """
 
@@ -64,7 +66,16 @@ def _profile(argv: list[str]) -> int:
     p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds per measured point")
     p.add_argument("--kind", choices=("energy", "ips"), default="energy",
                    help="energy: DynamoLLM's profile (JSON); ips: throttLL'eM's iterations/s samples (CSV)")
+    p.add_argument("--vllm-model", help="profile a vLLM engine on this model dir instead: latency vs batch and "
+                   "context (CSV); energy and clock where NVML exists")
+    p.add_argument("--vllm-engine", default="{}", help="JSON of engine fields over the CPU defaults, e.g. "
+                   '\'{"device": "gpu", "dtype": "auto", "distributed_executor_backend": null}\'')
+    p.add_argument("--batches", default="1,4,16", help="vLLM: comma-separated batch sizes")
+    p.add_argument("--contexts", default="64,256,768", help="vLLM: comma-separated prompt lengths (tokens)")
+    p.add_argument("--output-tokens", type=int, default=32, help="vLLM: output tokens per request")
     args = p.parse_args(argv)
+    if args.vllm_model:
+        return _profile_vllm(args)
     perf = default_perf_model(args.model, args.hardware)
     if args.kind == "ips":
         return _profile_ips(perf, args.out)
@@ -82,6 +93,25 @@ def _profile(argv: list[str]) -> int:
         profile = sweep(perf, shapes, PROFILE_TPS, PROFILE_CLOCKS_MHZ, rates, args.duration_s)
     profile.save(args.out)
     print(f"wrote {len(profile.points)} points to {args.out}")
+    return 0
+
+
+def _profile_vllm(args) -> int:
+    """Latency vs batch and context measured on a vLLM engine (wattwise profile --vllm-model)."""
+    import json
+
+    from energy.profiling import profile_engine, save_latency_csv
+    from wattwise.tiny_model import tiny_engine_config
+
+    config = tiny_engine_config(args.vllm_model, **json.loads(args.vllm_engine))
+    points = profile_engine(config, tuple(int(b) for b in args.batches.split(",")),
+                            tuple(int(c) for c in args.contexts.split(",")), args.output_tokens)
+    save_latency_csv(points, args.out)
+    print(f"{'batch':>6}{'context':>8}{'TTFT ms':>9}{'ITL ms':>8}{'tok/s':>8}{'energy J':>9}{'clock MHz':>10}")
+    for pt in points:
+        print(f"{pt.batch:>6}{pt.context_tokens:>8}{pt.ttft_s * 1000:>9.1f}{pt.itl_s * 1000:>8.2f}"
+              f"{pt.tokens_per_s:>8.0f}{pt.energy_j:>9.1f}{pt.clock_mhz:>10.0f}")
+    print(f"wrote {len(points)} points to {args.out}")
     return 0
 
 
@@ -110,6 +140,10 @@ BENCHES = {
     "chiron": "bench.chiron:main",
     "throttllem": "bench.throttllem:main",
     "splitwise": "bench.splitwise:main",
+    "splitwise-serve": "bench.splitwise_serve:main",
+    "kv-transfer": "bench.kv_transfer:main",
+    "soak": "bench.soak:main",
+    "vllm-overhead": "bench.vllm_overhead:main",
 }
 
 
@@ -137,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         run = _calibrate
     elif command == "profile":
         run = _profile
+    elif command == "plan":
+        from sim.plan_cli import main as run
+    elif command == "prepare-model":
+        from wattwise.prepare_model import main as run
     elif command == "bench":
         run = _bench
     else:

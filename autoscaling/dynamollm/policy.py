@@ -42,8 +42,8 @@ class DynamoLLMConfig(BaseModel):
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
     profile_path: str | None = None  # a `wattwise profile` output; default: built from the model
-    # The first cluster epoch waits this long for load to observe; until then the
-    # runtime's provisioned pools stay as they are.
+    # The first cluster epoch waits this long after the first replica stats, to observe
+    # load; until then the runtime's provisioned pools stay as they are.
     warmup_s: float = Field(default=60.0, ge=0)
     cluster_epoch_s: float = Field(default=1800.0, gt=0)
     pool_epoch_s: float = Field(default=300.0, gt=0)
@@ -243,6 +243,9 @@ class DynamoLLMPolicy:
         for cls in self.lengths.names():
             self.predictor.observe(cls, rates.get(cls, 0.0), now_s)
         if self._start_s is None:
+            if not any(dep.replica_stats for dep in view.deployments.values()):
+                # Replicas still starting (minutes for a real model): the warm-up observes load, not start-up.
+                return ClusterPlan(reason="dynamollm: waiting for replica stats")
             self._start_s = now_s
             self._next_cluster_s = self._next_pool_s = self._next_instance_s = now_s + self.config.warmup_s
         if now_s < self._start_s + self.config.warmup_s:

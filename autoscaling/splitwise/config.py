@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -24,3 +26,12 @@ class SplitwiseConfig(BaseModel):
     # (its priority grows with age), and never more often than the cap.
     preempt_age_limit_s: float = Field(default=2.0, ge=0)
     max_preemptions_per_request: int = Field(default=2, ge=0)
+
+
+class MachineConfig(BaseModel):
+    """What a replica's own batcher needs to play its Splitwise part (§IV-B)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    phase: Literal["prompt", "token", "mixed"]
+    scheduling: SplitwiseConfig = SplitwiseConfig()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 
+from autoscaling.splitwise.config import MachineConfig
 from engines.batching import ContinuousBatcher, Sequence
 
 
@@ -43,3 +44,16 @@ class AgingPreemption:
             if running.generated > 0 and running.preemptions < self.max_preemptions and age < best_age:
                 best, best_age = index, age
         return best
+
+
+def machine_policies(config: MachineConfig) -> tuple[KvHeadroomAdmission | None, AgingPreemption]:
+    """The batcher hooks of a replica by its home phase, as the simulator wires them.
+
+    Every replica may be lent to the mixed pool, so all get aging preemption (it acts only
+    when a prompt waits behind token phases); token homes queue near KV full.
+    A prompt home's FCFS token budget is BatcherConfig.max_batched_tokens, set by its owner.
+    """
+    s = config.scheduling
+    preemption = AgingPreemption(s.preempt_age_limit_s, s.max_preemptions_per_request)
+    admission = KvHeadroomAdmission(s.token_kv_headroom) if config.phase == "token" else None
+    return admission, preemption

@@ -6,6 +6,7 @@ pool whose best replica is over its threshold overflows into the mixed pool, the
 pulls the least-loaded replica of the opposite pool into the mixed pool. A mixed
 replica keeps its home pool and returns to it once no work of the other kind is
 outstanding on it; one that stays mixed past `repurpose_after_s` changes home.
+A replica whose home is the mixed pool (a deployed mixed pool) stays mixed.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class SplitwiseScheduler:
             if role is not MIXED:
                 continue
             home = self.home[replica]
+            if home is MIXED:
+                continue
             if self.outstanding[(replica, opposite(home))] <= 0:
                 self.role[replica] = home
                 del self.mixed_since_s[replica]

@@ -1,0 +1,119 @@
+"""The replica side of Splitwise's prompt -> token hand-off (§IV-C) in Ray Serve.
+
+A prompt replica runs the prompt (and its first token), then hands the token replica a
+KvHandle. With the simulated engine the KV is a payload sized like the real cache
+(energy.kv_transfer bytes per token, scaled down) put into Ray's object store; the
+token replica fetches it with a timeout. With vLLM the KV travels through vLLM's own
+KV connector (engines.vllm_config.KvTransferConfig) and the token replica's engine
+loads it. A transfer that fails or times out is not fatal: the token replica
+recomputes the prompt, as vLLM's connector does on a miss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import random
+from collections.abc import AsyncIterator
+from typing import Any
+
+import ray
+from ray.exceptions import RayError
+
+from app.splitwise_config import SplitwiseServeConfig
+from core.request import Request
+from energy.hardware import MODELS
+from energy.kv_transfer import KVTransferModel
+from engines.batching import Sequence
+from engines.protocol import Engine, GenerationChunk
+
+OBJECT_STORE, CONNECTOR, LOCAL, RECOMPUTED = "object_store", "connector", "local", "recomputed"
+
+
+@dataclasses.dataclass(frozen=True)
+class KvHandle:
+    """What a prompt replica hands its token replica. `ref` points at the KV payload in
+    the object store (nested in this object, so Ray does not resolve it on the way)."""
+
+    source_replica: str
+    via: str  # OBJECT_STORE, CONNECTOR or LOCAL (the token phase runs on this same replica)
+    nbytes: int = 0
+    ref: Any = None
+    lost: bool = False  # the prompt replica dropped the payload (failure injection)
+    generated: int = 0
+    first_token_s: float | None = None
+    last_token_s: float | None = None
+    energy_j: float = 0.0
+    max_tbt_s: float = 0.0
+
+
+def kv_payload_bytes(engine: Engine, prompt_tokens: int, scale: float) -> int:
+    config = engine.config
+    model = KVTransferModel(MODELS[config.model])
+    return max(math.ceil(model.bytes_per_link(prompt_tokens, config.tensor_parallel) * scale), 1)
+
+
+async def run_prompt(engine: Engine, request: Request, settings: SplitwiseServeConfig, replica: str,
+                     same_replica: bool) -> tuple[GenerationChunk | None, KvHandle]:
+    """The prompt phase: the first token (None with vLLM, whose token replica streams every
+    token) and the KvHandle for the token replica."""
+    if not hasattr(engine, "resume"):  # vLLM: the KV connector stores the prompt's KV
+        await engine.prefill(request)
+        return None, KvHandle(replica, CONNECTOR)
+    one = dataclasses.replace(request, max_tokens=1, target_output_tokens=1)
+    final = None
+    async for chunk in engine.generate(one):
+        final = chunk
+    if final is None or final.usage is None:
+        raise RuntimeError(f"prompt phase of {request.request_id} ended without a final chunk")
+    usage = final.usage
+    done = request.output_tokens_to_generate <= usage.completion_tokens
+    first = GenerationChunk(final.text, final.num_tokens,
+                            ("length" if request.max_tokens <= usage.completion_tokens else "stop") if done else None,
+                            usage if done else None)
+    state = {"generated": usage.completion_tokens, "first_token_s": request.arrival_s + usage.ttft_s,
+             "last_token_s": request.arrival_s + usage.e2e_s, "energy_j": usage.energy_j,
+             "max_tbt_s": usage.max_tbt_s}
+    if done or same_replica:
+        return first, KvHandle(replica, LOCAL, **state)
+    nbytes = kv_payload_bytes(engine, request.prompt_tokens, settings.kv_payload_scale)
+    if random.random() < settings.transfer_failure_prob:
+        return first, KvHandle(replica, OBJECT_STORE, nbytes, lost=True, **state)
+    return first, KvHandle(replica, OBJECT_STORE, nbytes, ray.put(bytes(nbytes)), **state)
+
+
+async def await_ref(ref: Any) -> Any:
+    """An ObjectRef as a coroutine (asyncio.wait_for needs one to time it out)."""
+    return await ref
+
+
+async def fetch_kv(kv: KvHandle, timeout_s: float) -> bool:
+    """Wait for the KV payload; False if it is lost, failed or late (then recompute).
+    A dropped payload is noticed only at the timeout, as a lost transfer would be."""
+    if kv.lost or kv.ref is None:
+        await asyncio.sleep(timeout_s)
+        return False
+    try:
+        payload = await asyncio.wait_for(await_ref(kv.ref), timeout_s)
+    except (TimeoutError, RayError):
+        return False
+    return len(payload) == kv.nbytes
+
+
+async def run_tokens(engine: Engine, request: Request, kv: KvHandle, replica: str, timeout_s: float,
+                     outcome: list[str]) -> AsyncIterator[GenerationChunk]:
+    """The token phase on `replica` from the prompt replica's KV; `outcome` gets how the
+    KV arrived (LOCAL KV on another replica, if routing fell back, is not there: recompute)."""
+    if not hasattr(engine, "resume"):  # vLLM: its connector loads the KV (or recomputes on a miss)
+        outcome.append(CONNECTOR)
+        async for chunk in engine.generate(request):
+            yield chunk
+        return
+    present = (kv.source_replica == replica) if kv.via == LOCAL else await fetch_kv(kv, timeout_s)
+    outcome.append(kv.via if present else RECOMPUTED)
+    prior = Sequence(request=request, enqueued_s=request.arrival_s, generated=kv.generated,
+                     first_token_s=kv.first_token_s, last_token_s=kv.last_token_s, energy_j=kv.energy_j,
+                     max_tbt_s=kv.max_tbt_s)
+    async for chunk in engine.resume(request, prior, present):
+        yield chunk

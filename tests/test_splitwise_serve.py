@@ -1,0 +1,99 @@
+"""Splitwise's phase split in Ray Serve: real Ray, real HTTP, the real openai client.
+
+Prompts run on prompt replicas, their KV moves through Ray's object store, token
+replicas decode; a dropped transfer is recomputed; a burst past the prompt pool's
+threshold overflows into the mixed pool. The coordinator's counters are read over
+HTTP (GET /admin/splitwise): a Serve handle in this process would leave router threads
+behind that auto-start a stray Ray after the cluster stops.
+"""
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from wattwise.local_serve import LocalServe
+
+pytestmark = pytest.mark.ray
+MODEL = "llama2-70b-sim"
+CONFIG = Path(__file__).resolve().parent.parent / "serve_config.splitwise.yaml"
+
+
+def _split_config(config: dict[str, Any]) -> None:
+    args = config["applications"][0]["args"]
+    args["batch_api"] = {"enabled": False}
+    args["splitwise"].update({"transfer_failure_prob": 0.25, "kv_transfer_timeout_s": 0.5, "report_period_s": 0.5})
+    # Two 150-token prompts in flight fill a prompt replica: a burst must overflow.
+    args["splitwise"]["scheduling"]["prompt_queue_threshold_tokens"] = 250
+    for pool in args["pools"]:
+        pool["num_cpus"] = 0.05
+
+
+@pytest.fixture(scope="module")
+def served() -> Any:
+    with LocalServe(CONFIG, edit=_split_config) as local:
+        yield local
+
+
+def _coordinator_stats(served: LocalServe) -> dict[str, Any]:
+    response = served.admin("GET", "/admin/splitwise")
+    response.raise_for_status()
+    return response.json()
+
+
+def _client(served: LocalServe) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="x", max_retries=0, timeout=120)
+
+
+def _words(n: int) -> str:
+    return " ".join(["word"] * n)
+
+
+def test_phases_run_on_their_pools_and_kv_moves_or_is_recomputed(served: LocalServe) -> None:
+    client = _client(served)
+    first = client.completions.create(model=MODEL, prompt=_words(60), max_tokens=16)
+    assert first.usage.completion_tokens == 16 and len(first.choices[0].text.split()) == 16
+    split = first.model_extra["wattwise"]["splitwise"]
+    deployments = _coordinator_stats(served)["deployments"]
+    assert deployments[split["prompt_replica"]] == "pool-prompt"
+    assert deployments[split["token_replica"]] == "pool-token"
+    assert split["kv"] in ("object_store", "recomputed")
+
+    # Streaming: the prompt replica's first token, then the token replica's stream.
+    stream = client.completions.create(model=MODEL, prompt=_words(50), max_tokens=30, stream=True)
+    chunks = list(stream)
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert len(text.split()) == 30 and len(chunks) > 2
+    assert chunks[-1].model_extra["wattwise"]["splitwise"]["token_replica"] in deployments
+
+    # Enough requests that some transfers are dropped (p = 0.25): all still complete.
+    def one(i: int) -> tuple[int, str]:
+        r = client.completions.create(model=MODEL, prompt=_words(40 + i), max_tokens=8)
+        return r.usage.completion_tokens, r.model_extra["wattwise"]["splitwise"]["kv"]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(one, range(24)))
+    assert all(tokens == 8 for tokens, _ in results)
+    counts = _coordinator_stats(served)["counts"]
+    assert counts.get("kv_object_store", 0) > 0, counts
+    assert counts.get("kv_recomputed", 0) > 0, counts  # dropped transfers, recomputed on the token side
+    assert counts["kv_object_store"] + counts["kv_recomputed"] >= 26
+
+
+def test_a_burst_overflows_into_the_mixed_pool(served: LocalServe) -> None:
+    client = _client(served)
+    before = _coordinator_stats(served)["counts"]
+
+    def one(i: int) -> str:
+        r = client.completions.create(model=MODEL, prompt=_words(150), max_tokens=40)
+        assert r.usage.completion_tokens == 40
+        return r.model_extra["wattwise"]["splitwise"]["prompt_role"]
+
+    with ThreadPoolExecutor(6) as pool:  # several clients at once
+        roles = list(pool.map(one, range(18)))
+    after = _coordinator_stats(served)
+    on_mixed = after["counts"].get("prompt_on_mixed", 0) - before.get("prompt_on_mixed", 0)
+    assert on_mixed > 0 and "mixed" in roles, after
+    assert roles.count("prompt") > 0
