@@ -7,15 +7,13 @@ format before any replica sees the request.
 
 import asyncio
 import json
-import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from fastapi import FastAPI
 from fastapi import Request as HTTPRequest
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
 from ray import serve
 from ray.exceptions import RayError
@@ -24,10 +22,9 @@ from ray.serve.handle import DeploymentHandle
 
 from app.auth import Authenticator, Tenant
 from app.classify import Classifier, UnknownServiceClass
-from app.config import AdminKey, AppConfig, PoolConfig
+from app.config import AppConfig
 from app.openai_api import (
     APIError,
-    BatchCreateRequest,
     ChatCompletionRequest,
     CompletionRequest,
     chat_body,
@@ -41,33 +38,19 @@ from app.prompt_tokenizer import prompt_tokenizer
 from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter
 from app.sampling import sampling_of
-from deployments.admin import (
-    ClockRequest,
-    DrainRequest,
-    deployed_policy,
-    profiles_in_use,
-)
+from deployments.admin_routes import AdminRoutes
+from deployments.batch_routes import BatchApiRoutes
+from deployments.http_app import error_response, fastapi_app
 from deployments.metrics import IngressMetrics
 from deployments.phase_split import PhaseSplit
-from deployments.plan_store import follow_plan, plan_store
+from deployments.plan_store import follow_plan
 from deployments.resume import ResumableStream, StreamBroken, call_with_retries
 from deployments.tracing import tracer
-from energy.hardware import GPUS
-
-logger = logging.getLogger("ray.serve")
-fastapi_app = FastAPI(title="wattwise", description="SLO-aware, energy-efficient LLM serving (OpenAI API).")
 
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"
 SERVICE_CLASS_HEADER = "x-service-class"
-
-
 POOL_FULL = "pool_full"
-# /v1/files reads its form itself; this is what the route takes, for /openapi.json.
-FILE_UPLOAD_BODY = {"requestBody": {"required": True, "content": {"multipart/form-data": {"schema": {
-    "type": "object", "required": ["file", "purpose"],
-    "properties": {"file": {"type": "string", "format": "binary", "description": "JSONL, one request per line"},
-                   "purpose": {"type": "string", "enum": ["batch"]}}}}}}}
 
 
 def _overloaded() -> APIError:
@@ -104,16 +87,6 @@ def _outcome_of(err: APIError) -> str:
     return "error_retryable" if err.retry_after_s is not None else "error_final"
 
 
-def _error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
-
-
-def _audit(key: AdminKey, action: str, change: bool = True) -> None:
-    """Who did what on /admin/*, by the key's name (never the key); reads (polled by
-    dashboards) only at debug level."""
-    logger.log(logging.INFO if change else logging.DEBUG, "wattwise admin %r: %s", key.name, action)
-
-
 def _service_report(request: Any, pool: str, result: dict[str, Any]) -> dict[str, Any] | None:
     """How the request was served against its SLO: the `wattwise` field of a response."""
     usage = result.get("usage")
@@ -144,7 +117,7 @@ def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
 
 @serve.deployment
 @serve.ingress(fastapi_app)
-class Ingress:
+class Ingress(AdminRoutes, BatchApiRoutes):
     def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
         self.config = AppConfig.model_validate(config)
@@ -189,133 +162,10 @@ class Ingress:
         try:
             self._authenticate(http)
         except APIError as err:
-            return _error_response(err)
+            return error_response(err)
         return {
             "object": "list",
             "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
-        }
-
-    # ---- admin: an admin key (app.auth); each action is logged with the key's name ------
-    @fastapi_app.get("/admin/pools")
-    def admin_pools(self, http: HTTPRequest) -> Any:
-        """Replica counts per pool as Serve reports them (dashboards, the demo)."""
-        try:
-            self._admin(http, "read pools")
-        except APIError as err:
-            return _error_response(err)
-        return self.pools_status()
-
-    @fastapi_app.get("/admin/requests")
-    def admin_requests(self, http: HTTPRequest) -> Any:
-        """This ingress replica's accepted / outcome / retry counts since it started: every
-        accepted request must show up as exactly one outcome (fault tests, soak bench)."""
-        try:
-            self._admin(http, "read request counts")
-        except APIError as err:
-            return _error_response(err)
-        return dict(self.metrics.counts)
-
-    @fastapi_app.get("/admin/splitwise")
-    async def admin_splitwise(self, http: HTTPRequest) -> Any:
-        """The Splitwise coordinator's roles, pending and assigned tokens, transfer counts."""
-        try:
-            self._admin(http, "read splitwise")
-            if self.phase_split is None:
-                raise APIError(404, "This app has no prompt/token split (no `splitwise:` block).", code="not_found")
-        except APIError as err:
-            return _error_response(err)
-        return await self.phase_split.coordinator.stats.remote()
-
-    @fastapi_app.get("/admin/plan")
-    async def admin_plan(self, http: HTTPRequest) -> Any:
-        """The controller's last published plan, the operators' overrides, drained pools."""
-        try:
-            self._admin(http, "read plan")
-        except APIError as err:
-            return _error_response(err)
-        view = await plan_store(self.app_name).admin_view.remote()
-        return {**view, "drained": sorted(self.drained)}
-
-    @fastapi_app.get("/admin/profiles")
-    async def admin_profiles(self, http: HTTPRequest) -> Any:
-        """The energy profiles the autoscaling policy plans with ([] for policies without)."""
-        try:
-            self._admin(http, "read profiles")
-            kwargs = await asyncio.to_thread(deployed_policy, self.app_name)
-            return {"object": "list", "data": await asyncio.to_thread(profiles_in_use, kwargs)}
-        except APIError as err:
-            return _error_response(err)
-        except (OSError, ValueError, KeyError) as exc:
-            return _error_response(APIError(500, f"The policy's energy profile cannot be read ({exc}).",
-                                            "server_error", code="profile_unreadable"))
-
-    @fastapi_app.post("/admin/clocks", openapi_extra=openapi_body(ClockRequest))
-    async def admin_clocks(self, http: HTTPRequest) -> Any:
-        """Pin a pool's GPU clock. It goes into the plan store as an override: the pool's
-        replicas apply it and forward it to their node's GPU-control actor (the only code
-        that touches NVML); the ingress never sets clocks itself."""
-        try:
-            key = self._admin(http, None)
-            body = await self._parse(http, ClockRequest, check_model=False)
-            pool = self._pool_config(body.pool)
-            gpu = GPUS[pool.engine.hardware]
-            if body.clock_mhz is not None and not gpu.min_clock_mhz <= body.clock_mhz <= gpu.max_clock_mhz:
-                raise APIError(400, f"Invalid value for 'clock_mhz': {pool.engine.hardware} supports "
-                               f"{gpu.min_clock_mhz}-{gpu.max_clock_mhz} MHz.", param="clock_mhz")
-            version = await plan_store(self.app_name).override.remote(
-                "clock_mhz", pool.deployment_name, body.clock_mhz)
-        except APIError as err:
-            return _error_response(err)
-        _audit(key, f"clock of {pool.deployment_name} -> {body.clock_mhz} MHz (plan version {version})")
-        return {"pool": pool.deployment_name, "clock_mhz": body.clock_mhz, "plan_version": version}
-
-    @fastapi_app.post("/admin/drain", openapi_extra=openapi_body(DrainRequest))
-    async def admin_drain(self, http: HTTPRequest) -> Any:
-        """Stop (drain: true) or resume routing new requests to a pool; requests already
-        on it finish. Per ingress replica (the app runs one)."""
-        try:
-            key = self._admin(http, None)
-            body = await self._parse(http, DrainRequest, check_model=False)
-            name = self._pool_config(body.pool).deployment_name
-        except APIError as err:
-            return _error_response(err)
-        (self.drained.add if body.drain else self.drained.discard)(name)
-        _audit(key, f"{'drained' if body.drain else 'resumed'} {name}")
-        return {"pool": name, "drained": body.drain, "all_drained": sorted(self.drained)}
-
-    def _admin(self, http: HTTPRequest, reading: str | None) -> AdminKey:
-        key = self.auth.admin(http.headers.get("authorization"))
-        if reading:
-            _audit(key, reading, change=False)
-        return key
-
-    def _pool_config(self, name: str) -> PoolConfig:
-        for pool in self.config.pools:
-            if name in (pool.name, pool.deployment_name):
-                return pool
-        raise APIError(404, f"No pool {name!r}; pools: {[p.name for p in self.config.pools]}.", param="pool",
-                       code="pool_not_found")
-
-    def _undrained(self, pool: str) -> str:
-        """`pool`, or while it is drained the next pool in config order that is not (a
-        larger-request pool serves smaller requests, as DynamoLLM's spill does)."""
-        if pool not in self.drained:
-            return pool
-        order = [p.deployment_name for p in self.config.pools]
-        i = order.index(pool)
-        for other in order[i + 1:] + order[:i][::-1]:
-            if other not in self.drained:
-                return other
-        raise APIError(503, "Every pool is drained by an operator; retry later.", "overloaded",
-                       code="pools_drained", retry_after_s=5)
-
-    def pools_status(self) -> dict[str, Any]:
-        """Replica counts per pool as Serve reports them."""
-        status = serve.status().applications[serve.get_replica_context().app_name]
-        return {
-            name: {"status": str(dep.status), "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}}
-            for name, dep in status.deployments.items()
-            if name in self.pools
         }
 
     @fastapi_app.post(ROUTE_COMPLETIONS, openapi_extra=openapi_body(CompletionRequest))
@@ -431,62 +281,6 @@ class Ingress:
             raise AssertionError("unreachable: the last candidate returns or raises")
         except APIError as err:
             return False, err.body()["error"]
-
-    # ---- the Batch API (files and batches, backed by the BatchQueue deployment) ---------
-    def _batch_api(self, http: HTTPRequest) -> DeploymentHandle:
-        self._authenticate(http)
-        if self.batch_queue is None:
-            raise APIError(404, "The Batch API is disabled in this deployment.", code="batch_api_disabled")
-        return self.batch_queue
-
-    @fastapi_app.post("/v1/files", openapi_extra=FILE_UPLOAD_BODY)
-    async def upload_file(self, http: HTTPRequest) -> Any:
-        try:
-            queue = self._batch_api(http)
-            form = await http.form()
-            upload, purpose = form.get("file"), form.get("purpose")
-            if upload is None or not hasattr(upload, "read") or purpose != "batch":
-                raise APIError(400, "Send multipart form fields 'file' and purpose='batch'.", param="file")
-            content = await upload.read()
-            if len(content) > self.config.max_request_bytes * 100:
-                raise APIError(413, "The file is too large.", code="file_too_large")
-            return await queue.add_file.remote(content, upload.filename or "input.jsonl", purpose)
-        except APIError as err:
-            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
-
-    @fastapi_app.get("/v1/files/{file_id}")
-    async def get_file(self, file_id: str, http: HTTPRequest) -> Any:
-        return await self._batch_lookup(http, lambda q: q.file.remote(file_id), f"No file {file_id!r}.")
-
-    @fastapi_app.get("/v1/files/{file_id}/content")
-    async def get_file_content(self, file_id: str, http: HTTPRequest) -> Any:
-        content = await self._batch_lookup(http, lambda q: q.file_content.remote(file_id), f"No file {file_id!r}.")
-        return content if isinstance(content, JSONResponse) else Response(content, media_type="application/jsonl")
-
-    @fastapi_app.post("/v1/batches", openapi_extra=openapi_body(BatchCreateRequest))
-    async def create_batch(self, http: HTTPRequest) -> Any:
-        try:
-            queue = self._batch_api(http)
-            body = await self._parse(http, BatchCreateRequest, check_model=False)
-            batch = await queue.create_batch.remote(body.input_file_id, body.endpoint, body.completion_window)
-            if "error" in batch:
-                raise APIError(400, batch["error"], param="input_file_id")
-            return batch
-        except APIError as err:
-            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
-
-    @fastapi_app.get("/v1/batches/{batch_id}")
-    async def get_batch(self, batch_id: str, http: HTTPRequest) -> Any:
-        return await self._batch_lookup(http, lambda q: q.batch.remote(batch_id), f"No batch {batch_id!r}.")
-
-    async def _batch_lookup(self, http: HTTPRequest, call: Callable, missing: str) -> Any:
-        try:
-            result = await call(self._batch_api(http))
-            if result is None:
-                raise APIError(404, missing, code="not_found")
-            return result
-        except APIError as err:
-            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
     def _check_rate(self, tenant: str, tokens: int) -> None:
         wait_s = self.limiter.retry_after_s(tenant, tokens, time.monotonic())

@@ -15,6 +15,7 @@ import ray
 from ray import serve
 
 from app.splitwise_config import SplitwiseServeConfig
+from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
@@ -23,9 +24,8 @@ from deployments.metrics import ReplicaMetrics
 from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
 from engines.batching import RequestShed
-from engines.protocol import GenerationChunk, RequestSquashed
-from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from engines.factory import make_engine
+from engines.protocol import GenerationChunk, RequestSquashed
 
 
 @serve.deployment

@@ -11,7 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
+from ray.serve.request_router import (
+    PendingRequest,
+    ReplicaID,
+    ReplicaResult,
+    RequestRouter,
+    RunningReplica,
+)
 
 from app.dispatch import rank_by_load
 from app.token_ledger import TokenLedger

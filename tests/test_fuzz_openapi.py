@@ -121,7 +121,7 @@ def test_fuzz_openapi_has_no_5xx(served: LocalServe) -> None:
 
 # ---- the spec and the validation, in process ---------------------------------------------
 def _spec() -> dict[str, Any]:
-    from deployments.ingress import fastapi_app
+    from deployments.http_app import fastapi_app
 
     return fastapi_app.openapi()
 
