@@ -148,12 +148,8 @@ class LLMReplica:
                         text.clear()
                         tokens = 0
                         last_flush = now
-            except RequestSquashed as exc:
-                self.metrics.record_refusal("squashed")
-                yield _squashed(exc)
-            except RequestShed as exc:
-                self.metrics.record_refusal("shed")
-                yield _shed(exc)
+            except (RequestSquashed, RequestShed) as exc:
+                yield self._refused(exc)
 
     async def complete(self, request: Request) -> dict[str, Any]:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
@@ -165,13 +161,17 @@ class LLMReplica:
                 if chunk.finish_reason is not None:
                     self._record(request, chunk)
                     return _chunk_dict("".join(text), chunk.usage.completion_tokens if chunk.usage else 0, chunk)
-        except RequestSquashed as exc:
+        except (RequestSquashed, RequestShed) as exc:
+            return self._refused(exc)
+        raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
+
+    def _refused(self, exc: RequestSquashed | RequestShed) -> dict[str, Any]:
+        """The reply for a request the engine refused (squashed after waiting, or shed)."""
+        if isinstance(exc, RequestSquashed):
             self.metrics.record_refusal("squashed")
             return _squashed(exc)
-        except RequestShed as exc:
-            self.metrics.record_refusal("shed")
-            return _shed(exc)
-        raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
+        self.metrics.record_refusal("shed")
+        return _shed(exc)
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:
         if chunk.usage is not None:
