@@ -61,12 +61,15 @@ def test_plan_moves_load_resizes_pools_and_lowers_clocks(dynamo: LocalServe) -> 
             short_replicas.append(dynamo.pool_replicas().get("pool-short", 0))
             if "pool-long" in served_by[-8:] and short_replicas[-1] == 0:
                 break
+        # A batch in flight while the plan changed may be split between the pools;
+        # the batch after the small pool is gone must all land on the large one.
+        after_move = list(pool.map(one, range(8)))
     # Before the first cluster epoch SS is served where the classifier put it...
     assert served_by[0] == "pool-short" and short_replicas[0] == 1
     # ...then the cluster manager spills the small pools' light load to the largest pool
     # (DynamoLLM's fragmentation rule) and empties the small pool; no request failed.
-    assert served_by[-8:] == ["pool-long"] * 8
     assert short_replicas[-1] == 0
+    assert after_move == ["pool-long"] * 8
     # The instance manager picks a lower clock than max for a lightly loaded pool.
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline and (_clock_of(dynamo, "long") or 1980) >= 1980:
