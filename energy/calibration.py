@@ -111,7 +111,7 @@ def is_held_out(m: Measurement) -> bool:
     return hashlib.sha256(key).digest()[0] < 52
 
 
-def _mape(pred: list[float], true: list[float]) -> float:
+def mape_pct(pred: list[float], true: list[float]) -> float:
     p, t = np.asarray(pred), np.asarray(true)
     return float(np.mean(np.abs(p - t) / t) * 100)
 
@@ -139,7 +139,7 @@ def holdout_report(model: str = "llama2-70b", hardware: str = "h100-80gb") -> Ho
     token_pred = [pm.decode_time_s(r.batch_size, int(r.mean_context_tokens), r.tp, max_clock) * 1000 for r in test]
     return HoldoutReport(
         model, hardware, len(train), len(test),
-        _mape(prompt_pred, [r.prompt_ms for r in test]), _mape(token_pred, [r.token_ms for r in test]),
+        mape_pct(prompt_pred, [r.prompt_ms for r in test]), mape_pct(token_pred, [r.token_ms for r in test]),
     )
 
 
@@ -156,4 +156,4 @@ def power_cap_report(cap_w_per_gpu: float = 350.0) -> tuple[float, float]:
         for r in capped
     ]
     token_pred = [pm.decode_time_s(r.batch_size, int(r.mean_context_tokens), r.tp, token_clock) * 1000 for r in capped]
-    return _mape(prompt_pred, [r.prompt_ms for r in capped]), _mape(token_pred, [r.token_ms for r in capped])
+    return mape_pct(prompt_pred, [r.prompt_ms for r in capped]), mape_pct(token_pred, [r.token_ms for r in capped])

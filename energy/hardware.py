@@ -6,7 +6,12 @@ phase at max clock); clock ranges are DynamoLLM's (0.8-2.0 GHz on H100).
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict, Field
+
+_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 class GpuSpec(BaseModel):
@@ -49,6 +54,29 @@ class ModelSpec(BaseModel):
     hidden: int = Field(gt=0)
     dtype_bytes: int = Field(default=2, gt=0)
     max_context_tokens: int = Field(default=8192, gt=0)
+
+    @classmethod
+    def from_hf_config(cls, model_dir: str | Path) -> ModelSpec:
+        """The spec of a model a vLLM replica serves, from its Hugging Face config.json
+        (decoder-only, Llama-style: attention + gated MLP), so a profile measured on that
+        engine is sized for the model itself, not for one of the built-in ones."""
+        path = Path(model_dir).expanduser() / "config.json"
+        try:
+            cfg = json.loads(path.read_text())
+            hidden, layers = int(cfg["hidden_size"]), int(cfg["num_hidden_layers"])
+            heads = int(cfg["num_attention_heads"])
+            kv_heads = int(cfg.get("num_key_value_heads") or heads)
+            head_dim = int(cfg.get("head_dim") or hidden // heads)
+            mlp, vocab = int(cfg["intermediate_size"]), int(cfg["vocab_size"])
+        except (OSError, ValueError, KeyError) as exc:
+            raise ValueError(f"{path}: cannot read the model's architecture ({exc!r})") from exc
+        attention = hidden * head_dim * (2 * heads + 2 * kv_heads)
+        params = layers * (attention + 3 * hidden * mlp + 2 * hidden) + hidden + vocab * hidden * (
+            1 if cfg.get("tie_word_embeddings") else 2)
+        dtype = str(cfg.get("torch_dtype") or cfg.get("dtype") or "bfloat16")
+        return cls(name=Path(model_dir).name, params_b=params / 1e9, layers=layers, kv_heads=kv_heads,
+                   head_dim=head_dim, hidden=hidden, dtype_bytes=_DTYPE_BYTES.get(dtype, 2),
+                   max_context_tokens=int(cfg.get("max_position_embeddings") or 8192))
 
     @property
     def weight_bytes(self) -> float:

@@ -47,10 +47,13 @@ class ProfilePoint:
 class EnergyProfile:
     """Lookup and interpolation over profile points of one (model, GPU)."""
 
-    def __init__(self, model: str, hardware: str, points: list[ProfilePoint]) -> None:
+    def __init__(self, model: str, hardware: str, points: list[ProfilePoint],
+                 weight_bytes: float | None = None) -> None:
         self.model = model
         self.hardware = hardware
         self.points = points
+        # The profiled model's weights (re-sharding moves them); None: a built-in model's.
+        self.weight_bytes = weight_bytes
         grouped: dict[tuple[str, int, int], list[ProfilePoint]] = defaultdict(list)
         for p in points:
             grouped[(p.length_class, p.tp, p.clock_mhz)].append(p)
@@ -108,10 +111,12 @@ class EnergyProfile:
         return 0.0
 
     def save(self, path: Path) -> None:
-        payload = {"model": self.model, "hardware": self.hardware, "points": [asdict(p) for p in self.points]}
+        payload = {"model": self.model, "hardware": self.hardware, "weight_bytes": self.weight_bytes,
+                   "points": [asdict(p) for p in self.points]}
         Path(path).write_text(json.dumps(payload))
 
     @classmethod
     def load(cls, path: Path) -> EnergyProfile:
         data = json.loads(Path(path).read_text())
-        return cls(data["model"], data["hardware"], [ProfilePoint(**p) for p in data["points"]])
+        return cls(data["model"], data["hardware"], [ProfilePoint(**p) for p in data["points"]],
+                   data.get("weight_bytes"))

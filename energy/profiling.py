@@ -84,6 +84,8 @@ def sweep(
 class LatencyPoint:
     batch: int
     context_tokens: int
+    output_tokens: int  # asked of each request (greedy; a request may stop early at EOS)
+    tensor_parallel: int
     ttft_s: float  # mean over the batch (all requests arrive together)
     itl_s: float  # mean time per output token after the first
     tokens_per_s: float  # output tokens of the batch / its wall time
@@ -108,7 +110,9 @@ def prompt_of_tokens(engine: Engine, tokens: int, salt: str = "") -> str:
 
 async def measure_latency(engine: Engine, batches: tuple[int, ...], contexts: tuple[int, ...],
                           output_tokens: int) -> list[LatencyPoint]:
-    """Send `batch` greedy requests of `context` prompt tokens at once, per (batch, context)."""
+    """Send `batch` greedy requests of `context` prompt tokens at once, per (batch, context),
+    after one unmeasured request (the first one pays the engine's warm-up)."""
+    await _usage(engine, prompt_of_tokens(engine, min(contexts), "warm-up: "), output_tokens)
     points = []
     for context in contexts:
         for batch in batches:
@@ -121,6 +125,7 @@ async def measure_latency(engine: Engine, batches: tuple[int, ...], contexts: tu
             itls = [(u.e2e_s - u.ttft_s) / (u.completion_tokens - 1) for u in usages if u.completion_tokens > 1]
             points.append(LatencyPoint(
                 batch=batch, context_tokens=round(float(np.mean([u.prompt_tokens for u in usages]))),
+                output_tokens=output_tokens, tensor_parallel=after.tensor_parallel,
                 ttft_s=float(np.mean([u.ttft_s for u in usages])), itl_s=float(np.mean(itls)) if itls else 0.0,
                 tokens_per_s=sum(u.completion_tokens for u in usages) / wall_s,
                 energy_j=after.energy_j - before.energy_j, clock_mhz=after.clock_mhz,
@@ -157,3 +162,14 @@ def save_latency_csv(points: list[LatencyPoint], out: str | Path) -> None:
         writer = csv.DictWriter(f, fieldnames=[f.name for f in fields(LatencyPoint)])
         writer.writeheader()
         writer.writerows(asdict(p) for p in points)
+
+
+def load_latency_csv(path: str | Path) -> list[LatencyPoint]:
+    """Read what save_latency_csv wrote; a missing column names the file and the column."""
+    kinds = {f.name: (int if f.type == "int" else float) for f in fields(LatencyPoint)}
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    missing = set(kinds) - set(rows[0] if rows else kinds)
+    if missing:
+        raise ValueError(f"{path}: not a `wattwise profile --vllm-model` CSV, missing columns {sorted(missing)}")
+    return [LatencyPoint(**{k: kinds[k](r[k]) for k in kinds}) for r in rows]

@@ -130,6 +130,13 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     assert all(30 < p.context_tokens <= 300 for p in points)
     assert all(p.ttft_s > 0 and p.itl_s > 0 and p.tokens_per_s > 0 for p in points)
     assert all(p.energy_j == 0 and p.clock_mhz == 0 for p in points)  # no NVML here: 0, not invented
+    assert all(p.output_tokens == 8 and p.tensor_parallel == 1 for p in points)
+    # The points fit the perf model DynamoLLM's profile is built from (wattwise profile --profile-out).
+    from energy.engine_fit import fit_engine_perf_model, fit_quality
+    from energy.hardware import GPUS, ModelSpec
+
+    perf = fit_engine_perf_model(points, ModelSpec.from_hf_config(engine.config.model), GPUS["h100-80gb"])
+    assert perf.tensor_parallel_degrees == [1] and [q.points for q in fit_quality(perf, points)] == [4]
     save_latency_csv(points, tmp_path / "latency.csv")
     rows = list(csv.DictReader((tmp_path / "latency.csv").open()))
     assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s

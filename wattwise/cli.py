@@ -11,6 +11,7 @@ from wattwise.paths import SERVE_CONFIG
 
 if TYPE_CHECKING:
     from energy.perf_model import PerfModel
+    from energy.profiling import LatencyPoint
 
 USAGE = """usage: wattwise COMMAND [ARGS]
 
@@ -52,6 +53,7 @@ def _profile(argv: list[str]) -> int:
     import argparse
 
     from energy.calibration import default_perf_model
+    from energy.hardware import GPUS
     from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS
     from energy.profile_builder import build_profile
     from energy.profiling import sweep
@@ -59,7 +61,7 @@ def _profile(argv: list[str]) -> int:
     p = argparse.ArgumentParser(prog="wattwise profile", description="Write an energy profile for DynamoLLM.")
     p.add_argument("--out", required=True, help="JSON path; give it to the dynamollm policy as profile_path")
     p.add_argument("--model", default="llama2-70b")
-    p.add_argument("--hardware", default="h100-80gb")
+    p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
     p.add_argument("--source", choices=("engine", "model"), default="engine",
                    help="engine: measured sweeps of the sim engine; model: the analytic steady state")
     p.add_argument("--classes", default=",".join(CONV_CLASS_SHAPES), help="comma-separated length classes")
@@ -73,9 +75,21 @@ def _profile(argv: list[str]) -> int:
     p.add_argument("--batches", default="1,4,16", help="vLLM: comma-separated batch sizes")
     p.add_argument("--contexts", default="64,256,768", help="vLLM: comma-separated prompt lengths (tokens)")
     p.add_argument("--output-tokens", type=int, default=32, help="vLLM: output tokens per request")
+    p.add_argument("--profile-out", help="vLLM: also fit the measured latencies and write DynamoLLM's energy "
+                   "profile (JSON) here")
+    p.add_argument("--fit-latency", help="comma-separated CSVs of --vllm-model runs (one per TP): fit them and "
+                   "write DynamoLLM's energy profile to --out; --model-dir names the model they measured")
+    p.add_argument("--model-dir", help="--fit-latency: the served model's directory (its config.json)")
     args = p.parse_args(argv)
     if args.vllm_model:
         return _profile_vllm(args)
+    if args.fit_latency:
+        from energy.profiling import load_latency_csv
+
+        if not args.model_dir:
+            p.error("--fit-latency needs --model-dir (the model the latencies were measured on)")
+        points = [pt for path in args.fit_latency.split(",") for pt in load_latency_csv(path)]
+        return _fit_profile(points, args.model_dir, args.hardware, args.out)
     perf = default_perf_model(args.model, args.hardware)
     if args.kind == "ips":
         return _profile_ips(perf, args.out)
@@ -112,6 +126,30 @@ def _profile_vllm(args) -> int:
         print(f"{pt.batch:>6}{pt.context_tokens:>8}{pt.ttft_s * 1000:>9.1f}{pt.itl_s * 1000:>8.2f}"
               f"{pt.tokens_per_s:>8.0f}{pt.energy_j:>9.1f}{pt.clock_mhz:>10.0f}")
     print(f"wrote {len(points)} points to {args.out}")
+    if args.profile_out:
+        return _fit_profile(points, args.vllm_model, json.loads(args.vllm_engine).get("hardware", args.hardware),
+                            args.profile_out)
+    return 0
+
+
+def _fit_profile(points: list[LatencyPoint], model_dir: str, hardware: str, out: str) -> int:
+    """Fit the perf model on a real engine's latencies and build DynamoLLM's profile from it."""
+    from energy.engine_fit import fit_engine_perf_model, fit_quality
+    from energy.hardware import GPUS, ModelSpec
+    from energy.profile import CONV_CLASS_SHAPES
+    from energy.profile_builder import build_profile
+
+    model = ModelSpec.from_hf_config(model_dir)
+    perf = fit_engine_perf_model(points, model, GPUS[hardware])
+    for q in fit_quality(perf, points):
+        print(f"fit TP{q.tp}: {q.points} points, in-sample MAPE prompt {q.prompt_mape_pct:.1f}% "
+              f"token {q.token_mape_pct:.1f}%")
+    shapes = {c: s for c, s in CONV_CLASS_SHAPES.items() if sum(s) <= model.max_context_tokens}
+    profile = build_profile(perf, shapes=shapes, tps=tuple(perf.tensor_parallel_degrees))
+    profile.save(out)
+    print(f"wrote an energy profile of {model.name} on {hardware} ({len(profile.points)} points, classes "
+          f"{','.join(profile.classes)}, TP {perf.tensor_parallel_degrees}) to {out}; give it to the dynamollm "
+          "policy as profile_path")
     return 0
 
 

@@ -75,10 +75,16 @@ class DynamoLLMPolicy:
     def __init__(self, config: DynamoLLMConfig, profile: EnergyProfile | None = None) -> None:
         self.config = config
         self.lengths = LengthClassConfig()
-        perf = default_perf_model(config.model, config.hardware)
-        self.model_bytes = perf.model.weight_bytes
-        if profile is None:
-            profile = EnergyProfile.load(config.profile_path) if config.profile_path else build_profile(perf)
+        if profile is None and config.profile_path:
+            profile = EnergyProfile.load(config.profile_path)
+        if profile is None or profile.weight_bytes is None:
+            # A profile fitted on a served model (wattwise profile --fit-latency) carries
+            # its weights; otherwise the model is a built-in one.
+            perf = default_perf_model(config.model, config.hardware)
+            profile = profile or build_profile(perf)
+            self.model_bytes = perf.model.weight_bytes
+        else:
+            self.model_bytes = profile.weight_bytes
         self.profile = profile
         self.max_clock = max(profile.clocks_mhz)
         self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)

@@ -1,0 +1,69 @@
+"""Fit the performance model on latencies measured on a real engine.
+
+DynamoLLM plans with a profile built from a PerfModel; by default that model is fitted
+on Splitwise's published sweeps of Llama-2-70B / BLOOM. `wattwise profile --vllm-model`
+measures the same two curves on the engine a user actually serves (prefill time vs
+batch x context, decode step vs batch and context), so fitting them with the same
+features (energy.calibration) gives a PerfModel, and from it a profile, for that model
+on that machine. Latency is measured; power still comes from the GPU's power model
+(energy.hardware), since a CPU backend has no NVML to measure it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from energy.calibration import Measurement, fit_phase, mape_pct
+from energy.hardware import GpuSpec, ModelSpec
+from energy.perf_model import PerfModel
+from energy.profiling import LatencyPoint
+
+
+def as_measurement(point: LatencyPoint, model: str, hardware: str) -> Measurement:
+    """A batch arriving together: its mean TTFT is the prefill of batch x context tokens
+    (one step while they fit max_num_batched_tokens), its ITL the decode step at that batch."""
+    return Measurement(
+        model=model, hardware=hardware, tp=point.tensor_parallel, prompt_size=point.context_tokens,
+        batch_size=point.batch, token_size=point.output_tokens,
+        prompt_ms=point.ttft_s * 1000, token_ms=point.itl_s * 1000,
+    )
+
+
+@dataclass(frozen=True)
+class FitQuality:
+    """In-sample mean absolute percentage error of the fit, per TP."""
+
+    tp: int
+    points: int
+    prompt_mape_pct: float
+    token_mape_pct: float
+
+
+def fit_engine_perf_model(points: list[LatencyPoint], model: ModelSpec, gpu: GpuSpec) -> PerfModel:
+    """One PhaseFit per TP measured; at least three (batch, context) points per TP, since
+    each phase has three coefficients."""
+    by_tp: dict[int, list[LatencyPoint]] = defaultdict(list)
+    for p in points:
+        if p.itl_s > 0 and p.ttft_s > 0:
+            by_tp[p.tensor_parallel].append(p)
+    short = {tp: len(ps) for tp, ps in by_tp.items() if len(ps) < 3}
+    if not by_tp or short:
+        raise ValueError(f"need >= 3 measured (batch, context) points per TP to fit; have {dict(short) or 'none'}")
+    fits = {tp: fit_phase([as_measurement(p, model.name, gpu.name) for p in ps]) for tp, ps in by_tp.items()}
+    return PerfModel(gpu, model, fits)
+
+
+def fit_quality(perf: PerfModel, points: list[LatencyPoint]) -> list[FitQuality]:
+    """How well the fitted model reproduces the points it was fitted on (at max clock)."""
+    clock = perf.gpu.max_clock_mhz
+    out = []
+    for tp in perf.tensor_parallel_degrees:
+        rows = [as_measurement(p, perf.model.name, perf.gpu.name) for p in points
+                if p.tensor_parallel == tp and p.itl_s > 0 and p.ttft_s > 0]
+        prompt = [perf.prefill_time_s(r.batch_size * r.prompt_size, r.batch_size * r.prompt_size**2, tp, clock)
+                  * 1000 for r in rows]
+        token = [perf.decode_time_s(r.batch_size, r.mean_context_tokens, tp, clock) * 1000 for r in rows]
+        out.append(FitQuality(tp, len(rows), mape_pct(prompt, [r.prompt_ms for r in rows]),
+                              mape_pct(token, [r.token_ms for r in rows])))
+    return out
