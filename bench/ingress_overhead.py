@@ -1,8 +1,11 @@
 """Ingress overhead: the Serve path (HTTP -> ingress -> pool replica -> sim engine) against
-the same sim engine called in-process, streaming and not, at concurrency 1 and 16.
+the same sim engine called in-process, streaming and not, at concurrency 1 and 16, with
+a bare Serve app (bench/bare_serve.py: FastAPI ingress -> handle -> the same engine)
+deployed beside it as the baseline for what Ray Serve itself costs.
 
-Both sides run identical requests on an identically configured engine, so the
-difference in latency is what Serve, HTTP and our ingress add. Prints a table.
+All three run identical requests on an identically configured engine, so the
+differences in latency are what Serve and HTTP add (bare - direct) and what our layers
+add on top (wattwise - bare). Prints a table.
 Run: `wattwise bench ingress [--requests N]`.
 """
 
@@ -31,6 +34,17 @@ async def _direct_call(engine: SimEngine, stream: bool) -> None:
     request = Request(uuid.uuid4().hex, PROMPT_WORDS, MAX_TOKENS, time.time(), SLO(ttft_s=1, tbt_s=1))
     async for _ in engine.generate(request):
         pass
+
+
+async def _wait_ready(client: openai.AsyncOpenAI, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return await _http_call(client, False)
+        except openai.APIError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1)
 
 
 async def _http_call(client: openai.AsyncOpenAI, stream: bool) -> None:
@@ -62,30 +76,38 @@ async def _run(served: LocalServe, requests: int) -> list[tuple]:
     # Match the pool that serves short prompts in serve_config.yaml (TP2, max clock).
     engine = SimEngine(SimEngineConfig(tensor_parallel=2))
     client = openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key="local", max_retries=0, timeout=120)
-    await _http_call(client, False)  # warm the path
+    bare = openai.AsyncOpenAI(base_url=f"{served.base_url}/bare/v1", api_key="local", max_retries=0, timeout=120)
+    await _http_call(client, False)  # warm the paths
+    await _wait_ready(bare)
     rows = []
     for stream in (False, True):
         for concurrency in (1, 16):
             n = requests if concurrency == 1 else requests * 4
             d_rps, d_lat = await _measure(lambda s=stream: _direct_call(engine, s), n, concurrency)
+            b_rps, b_lat = await _measure(lambda s=stream: _http_call(bare, s), n, concurrency)
             h_rps, h_lat = await _measure(lambda s=stream: _http_call(client, s), n, concurrency)
-            rows.append((stream, concurrency, d_rps, h_rps, d_lat, h_lat))
+            rows.append((stream, concurrency, d_rps, b_rps, h_rps, d_lat, b_lat, h_lat))
     await engine.shutdown()
     return rows
+
+
+def _with_bare_app(config: dict) -> None:
+    config["applications"].append({"name": "bare", "route_prefix": "/bare", "import_path": "bench.bare_serve:build"})
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wattwise bench ingress", description=__doc__)
     parser.add_argument("--requests", type=int, default=30, help="requests per cell at concurrency 1 (x4 at 16)")
     args = parser.parse_args(argv)
-    with LocalServe() as served:
+    with LocalServe(edit=_with_bare_app) as served:
         rows = asyncio.run(_run(served, args.requests))
     print(f"\nrequest: {PROMPT_WORDS} prompt tokens, {MAX_TOKENS} output tokens, sim engine TP2 (~{MAX_TOKENS} x 37 ms)")
-    print(f"{'mode':<10}{'conc':>5}{'direct rps':>12}{'serve rps':>11}{'rps ratio':>10}"
-          f"{'direct p50':>12}{'serve p50':>11}{'added p50':>11}{'added p99':>11}")
-    for stream, conc, d_rps, h_rps, d_lat, h_lat in rows:
-        d50, h50 = np.percentile(d_lat, 50) * 1000, np.percentile(h_lat, 50) * 1000
-        d99, h99 = np.percentile(d_lat, 99) * 1000, np.percentile(h_lat, 99) * 1000
-        print(f"{'stream' if stream else 'unary':<10}{conc:>5}{d_rps:>12.1f}{h_rps:>11.1f}{h_rps / d_rps:>10.2f}"
-              f"{d50:>10.1f}ms{h50:>9.1f}ms{h50 - d50:>9.1f}ms{h99 - d99:>9.1f}ms")
+    print("p50 latency (ms) and throughput; added = over direct; ours = wattwise over bare Serve")
+    print(f"{'mode':<8}{'conc':>5}{'direct':>8}{'bare':>8}{'wattwise':>10}{'bare added':>12}{'ours p50':>10}"
+          f"{'ours p99':>10}{'bare rps':>10}{'ww rps':>8}{'ww/bare':>9}")
+    for stream, conc, d_rps, b_rps, h_rps, d_lat, b_lat, h_lat in rows:
+        d50, b50, h50 = (np.percentile(lat, 50) * 1000 for lat in (d_lat, b_lat, h_lat))
+        b99, h99 = (np.percentile(lat, 99) * 1000 for lat in (b_lat, h_lat))
+        print(f"{'stream' if stream else 'unary':<8}{conc:>5}{d50:>8.1f}{b50:>8.1f}{h50:>10.1f}{b50 - d50:>12.1f}"
+              f"{h50 - b50:>10.1f}{h99 - b99:>10.1f}{b_rps:>10.1f}{h_rps:>8.1f}{h_rps / b_rps:>9.2f}")
     return 0
