@@ -9,8 +9,11 @@ rest of the project runs without it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -21,8 +24,8 @@ from core.stats import ReplicaStats
 from engines.admission_gate import AdmissionGate
 from engines.protocol import GenerationChunk, RequestUsage
 from engines.token_energy import TokenEnergyMeter
-from engines.vllm_config import VllmEngineConfig
-from engines.vllm_sampling import sampling_params
+from engines.vllm_config import KEEP_PREEMPTED_KV, KvTransferConfig, VllmEngineConfig
+from engines.vllm_resume import Continuation
 from engines.vllm_stats import VllmStatsTracker
 
 logger = logging.getLogger(__name__)
@@ -34,11 +37,19 @@ def set_vllm_env(config: VllmEngineConfig) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
-def engine_args(config: VllmEngineConfig) -> Any:
+def kv_transfer_for(config: VllmEngineConfig) -> KvTransferConfig | None:
+    """The pool's KV connector; a mixed pool without one keeps preempted requests' KV
+    in a fresh temporary directory (the engine removes it at shutdown)."""
+    if not config.keeps_kv_in_temp_dir:
+        return config.kv_transfer
+    return KvTransferConfig(role="kv_both", connector=KEEP_PREEMPTED_KV,
+                            storage_path=tempfile.mkdtemp(prefix="wattwise-kv-"))
+
+
+def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) -> Any:
     from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
-    kv = config.kv_transfer
     return AsyncEngineArgs(
         model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype, seed=config.seed,
         tensor_parallel_size=config.tensor_parallel, distributed_executor_backend=config.executor_backend,
@@ -48,7 +59,8 @@ def engine_args(config: VllmEngineConfig) -> Any:
         gpu_memory_utilization=config.gpu_memory_utilization,
         kv_transfer_config=None if kv is None else KVTransferConfig(
             kv_connector=kv.connector, kv_role=kv.role, kv_load_failure_policy="recompute",
-            kv_connector_extra_config={"shared_storage_path": kv.storage_path},
+            kv_connector_module_path=kv.connector_module_path,
+            kv_connector_extra_config={"shared_storage_path": kv.storage_path, **kv.extra_config},
         ),
     )
 
@@ -70,7 +82,8 @@ class VllmEngine:
 
         self.config = config
         self.tracker = VllmStatsTracker()
-        vllm_config = engine_args(config).create_engine_config()
+        self.kv_transfer = kv_transfer_for(config)
+        vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
         if config.executor_backend == "ray":
             import ray
 
@@ -87,6 +100,10 @@ class VllmEngine:
         self._admitted: dict[str, Request] = {}  # inside vLLM (past the gate)
         self._arrivals = ArrivalRates()
         self._completed = 0
+        self._preemptions = 0  # ours (Chiron); vLLM's own are in the tracker
+        self._preempting: set[str] = set()  # admitted batch requests being preempted
+        self._vllm_ids: dict[str, str] = {}  # request id -> id of its current vLLM request
+        self._aborts: set[asyncio.Task] = set()
 
     # ---- protocol: tokens, stats, knobs ------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -114,7 +131,7 @@ class VllmEngine:
             power_w=self.energy.power_w(),
             energy_j=self.energy.total_j() - self._energy_start_j,
             tensor_parallel=self.config.tensor_parallel,
-            preemptions=snap.preemptions,
+            preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
             tokens_generated=snap.generated_tokens,
@@ -144,52 +161,94 @@ class VllmEngine:
 
     # ---- protocol: generation ----------------------------------------------------
     async def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
-        """Stream DELTA outputs; closing the iterator (client gone) aborts in vLLM."""
+        """Stream DELTA outputs; closing the iterator (client gone) aborts in vLLM.
+
+        On a mixed replica (interactive_first) interactive requests wait ahead of batch
+        ones and, when they must wait, preempt the newest admitted batch request, which
+        waits first among batch requests and then continues where it stopped."""
         rid = request.request_id
         self._arrivals.add(time.time(), request.length_class)
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
-        finished = False
+        mixed = self.config.interactive_first
+        urgent = mixed and request.service_class != "batch"
+        run = Continuation(request, keep_kv_on_abort=mixed and not urgent)
+        mark = self.energy.mark()
         try:
-            async with self.gate.slot():
-                self._admitted[rid] = request
-                mark = self.energy.mark()
-                stream = self.llm.generate(request.prompt_text, sampling_params(request), request_id=rid)
-                generated, first_s, last_s, max_tbt_s = 0, None, None, 0.0
-                try:
-                    async for out in stream:
-                        now = time.time()
-                        completion = out.outputs[0]
-                        n = len(completion.token_ids)
-                        if n:
-                            if first_s is None:
-                                first_s = now
-                            elif last_s is not None:
-                                max_tbt_s = max(max_tbt_s, now - last_s)
-                            last_s = now
-                            generated += n
-                            self._pending[rid] = [0, request.max_tokens - generated]
-                        if out.finished:
-                            finished = True
-                            self._completed += 1
-                            prompt_tokens = len(out.prompt_token_ids or ()) or request.prompt_tokens
-                            arrival = request.arrival_s
-                            usage = RequestUsage(
-                                prompt_tokens=prompt_tokens, completion_tokens=generated,
-                                energy_j=self.energy.attribute_j(mark, prompt_tokens + generated),
-                                ttft_s=(first_s or now) - arrival, e2e_s=(last_s or now) - arrival,
-                                max_tbt_s=max_tbt_s, preemptions=0,
-                            )
-                            yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
-                            return
-                        if n:
-                            yield GenerationChunk(completion.text, n)
-                finally:
-                    if not finished:
-                        await stream.aclose()
-                        await self.llm.abort(rid)
+            while True:
+                if urgent and self.gate.would_wait:
+                    self._preempt_for_waiter()
+                async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0):
+                    self._admitted[rid] = request
+                    async for chunk in self._segment(run, mark):
+                        yield chunk
+                    self._admitted.pop(rid, None)
+                    if rid not in self._preempting:
+                        return
+                    self._preempting.discard(rid)
+                    run.preemptions += 1
+                    self._preemptions += 1
         finally:
             self._pending.pop(rid, None)
             self._admitted.pop(rid, None)
+            self._preempting.discard(rid)
+
+    def _preempt_for_waiter(self) -> None:
+        """Preempt the newest admitted batch request, unless the slots already being
+        freed by preemptions cover every interactive waiter (this one included)."""
+        if self.gate.urgent_waiting + 1 <= len(self._preempting):
+            return
+        victims = [rid for rid, r in self._admitted.items() if r.service_class == "batch" and rid not in self._preempting]
+        if victims:
+            self._preempting.add(victims[-1])
+            if (vllm_id := self._vllm_ids.get(victims[-1])) is not None:  # else it stops before starting
+                self._abort_soon(vllm_id)
+
+    def _abort_soon(self, vllm_id: str) -> None:
+        """Abort now-ish without awaiting here: the caller queues before the slot frees."""
+        task = asyncio.ensure_future(self.llm.abort(vllm_id))
+        self._aborts.add(task)
+        task.add_done_callback(self._aborts.discard)
+
+    async def _segment(self, run: Continuation, mark: Any) -> AsyncIterator[GenerationChunk]:
+        """One vLLM request of `run`; ends early (aborted) when the run is preempted."""
+        rid, request = run.request.request_id, run.request
+        if rid in self._preempting:  # preempted before it started: nothing to stop
+            return
+        vllm_id = run.vllm_request_id
+        self._vllm_ids[rid] = vllm_id
+        stream = self.llm.generate(run.prompt(), run.sampling(), request_id=vllm_id)
+        finished = False
+        try:
+            async for out in stream:
+                now = time.time()
+                completion = out.outputs[0]
+                n = run.add(out, now)
+                self._pending[rid] = [0, run.remaining]
+                finished = out.finished
+                if out.finished and completion.finish_reason != "abort":
+                    self._completed += 1
+                    prompt_tokens = len(run.prompt_ids or ()) or request.prompt_tokens
+                    arrival = request.arrival_s
+                    usage = RequestUsage(
+                        prompt_tokens=prompt_tokens, completion_tokens=run.generated,
+                        energy_j=self.energy.attribute_j(mark, prompt_tokens + run.generated),
+                        ttft_s=(run.first_s or now) - arrival, e2e_s=(run.last_s or now) - arrival,
+                        max_tbt_s=run.max_tbt_s, preemptions=run.preemptions,
+                    )
+                    self._preempting.discard(rid)  # finished before its preemption took effect
+                    yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
+                    return
+                if n:
+                    yield GenerationChunk(completion.text, n)
+                if out.finished or rid in self._preempting:
+                    if rid not in self._preempting:
+                        raise RuntimeError(f"vLLM aborted request {vllm_id} on its own")
+                    return
+        finally:
+            self._vllm_ids.pop(rid, None)
+            if not finished:
+                await stream.aclose()
+                await self.llm.abort(vllm_id)
 
     async def prefill(self, request: Request) -> int:
         """Prompt phase only (Splitwise prompt replica): compute the prompt's KV so the
@@ -206,3 +265,5 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self.llm.shutdown()
+        if self.config.keeps_kv_in_temp_dir and self.kv_transfer is not None:
+            shutil.rmtree(self.kv_transfer.storage_path, ignore_errors=True)

@@ -1,6 +1,5 @@
 """Mico §3.2: bucket labels, the text predictor's held-out accuracy, online updates, error."""
 
-import time
 
 import numpy as np
 import pytest
@@ -57,14 +56,6 @@ def test_held_out_accuracy_beats_majority_bucket(predictor, held_out) -> None:
     pred = predictor.predict_buckets(held_out.prompts, held_out.prompt_tokens)
     assert np.mean(pred == truth) >= np.mean(truth == majority) + 0.08
     assert np.mean(np.abs(pred - truth) <= 1) >= np.mean(np.abs(truth - majority) <= 1) + 0.25
-
-
-def test_predicts_well_under_a_millisecond(predictor, held_out) -> None:
-    texts = held_out.prompts[:200]
-    start = time.perf_counter()
-    for i, text in enumerate(texts):
-        predictor.predict(held_out.prompt_tokens[i], 4096, text)
-    assert (time.perf_counter() - start) / len(texts) < 1e-3
 
 
 def test_prediction_is_a_bucket_midpoint_capped_at_max_tokens(predictor) -> None:

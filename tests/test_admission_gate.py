@@ -1,0 +1,81 @@
+"""The replica's admission gate: FCFS, a run-time limit, and Chiron's urgent-first order."""
+
+from __future__ import annotations
+
+import asyncio
+
+from engines.admission_gate import AdmissionGate
+
+
+async def _enter(gate: AdmissionGate, name: str, order: list[str], release: asyncio.Event, **kw) -> None:
+    async with gate.slot(**kw):
+        order.append(name)
+        await release.wait()
+
+
+async def _settle() -> None:
+    for _ in range(5):
+        await asyncio.sleep(0)
+
+
+def _admit_in_order(gate: AdmissionGate, arrivals: list[tuple[str, dict]]) -> list[str]:
+    """Fill the gate with one holder, queue `arrivals` in turn, then release them one by one."""
+
+    async def run() -> list[str]:
+        order: list[str] = []
+        releases = {name: asyncio.Event() for name, _ in [("holder", {}), *arrivals]}
+        tasks = [asyncio.ensure_future(_enter(gate, "holder", order, releases["holder"]))]
+        await _settle()
+        for name, kw in arrivals:
+            tasks.append(asyncio.ensure_future(_enter(gate, name, order, releases[name], **kw)))
+            await _settle()
+        assert gate.active == gate.limit and gate.waiting == len(arrivals)
+        for _ in tasks:  # release whoever is inside: the next waiter gets the place
+            for name in order:
+                releases[name].set()
+            await _settle()
+        await asyncio.gather(*tasks)
+        assert gate.active == 0 and gate.waiting == 0
+        return order[1:]
+
+    return asyncio.run(run())
+
+
+def test_fcfs_without_priorities() -> None:
+    order = _admit_in_order(AdmissionGate(1), [("a", {}), ("b", {}), ("c", {})])
+    assert order == ["a", "b", "c"]
+
+
+def test_urgent_waiters_go_first_fcfs_among_themselves() -> None:
+    arrivals = [("b1", {}), ("i1", {"urgent": True}), ("b2", {}), ("i2", {"urgent": True})]
+    assert _admit_in_order(AdmissionGate(1), arrivals) == ["i1", "i2", "b1", "b2"]
+
+
+def test_a_requeued_request_waits_first_among_non_urgent_ones() -> None:
+    arrivals = [("b1", {}), ("b2", {}), ("resumed", {"requeue": True}), ("i1", {"urgent": True})]
+    assert _admit_in_order(AdmissionGate(1), arrivals) == ["i1", "resumed", "b1", "b2"]
+
+
+def test_cancelled_waiter_holds_no_place_and_limit_changes_admit() -> None:
+    async def run() -> None:
+        gate = AdmissionGate(1)
+        order: list[str] = []
+        hold = asyncio.Event()
+        holder = asyncio.ensure_future(_enter(gate, "holder", order, hold))
+        await _settle()
+        assert gate.would_wait
+        urgent = asyncio.ensure_future(_enter(gate, "gone", order, hold, urgent=True))
+        batch = asyncio.ensure_future(_enter(gate, "batch", order, hold))
+        await _settle()
+        assert (gate.waiting, gate.urgent_waiting) == (2, 1)
+        urgent.cancel()
+        await _settle()
+        assert (gate.waiting, gate.urgent_waiting) == (1, 0)
+        gate.set_limit(2)  # a higher limit admits the next waiter at once
+        await _settle()
+        assert order == ["holder", "batch"] and gate.active == 2 and not gate.waiting
+        hold.set()
+        await asyncio.gather(holder, batch)
+        assert gate.active == 0 and not gate.would_wait
+
+    asyncio.run(run())
