@@ -18,10 +18,13 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psutil
+
 from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
 from engines.admission_gate import AdmissionGate
+from engines.child_reaper import new_children, watch_children
 from engines.protocol import GenerationChunk, RequestUsage
 from engines.token_energy import TokenEnergyMeter
 from engines.vllm_config import KEEP_PREEMPTED_KV, KvTransferConfig, VllmEngineConfig
@@ -89,7 +92,11 @@ class VllmEngine:
 
             # Workers go into the bundles Serve reserved for this replica (STRICT_PACK).
             vllm_config.parallel_config.placement_group = ray.util.get_current_placement_group()
+        children_before = {p.pid for p in psutil.Process().children()}
         self.llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[self.tracker.logger_factory])
+        # The engine core process outlives a replica killed without shutdown(): reap it then.
+        engine_procs = new_children(children_before)
+        self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
         self.gate = AdmissionGate(config.batch_limit)
         gpus = _visible_gpus() if config.device == "gpu" else []
@@ -265,5 +272,8 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self.llm.shutdown()
+        if self._reaper is not None:
+            self._reaper.terminate()
+            self._reaper.wait()
         if self.config.keeps_kv_in_temp_dir and self.kv_transfer is not None:
             shutil.rmtree(self.kv_transfer.storage_path, ignore_errors=True)
