@@ -14,6 +14,7 @@ import psutil
 _LABELS = (
     (re.compile(r"EngineCore"), "vLLM engine core"),
     (re.compile(r"VLLM::Worker"), "vLLM worker"),
+    (re.compile(r"multiprocessing\.spawn|spawn_main"), "spawned processes (untitled engine)"),
     (re.compile(r"ServeReplica:[^:]*:Ingress"), "ingress replica"),
     (re.compile(r"ServeReplica:[^:]*:pool-"), "pool replica"),
     (re.compile(r"ServeReplica"), "other Serve replicas"),
