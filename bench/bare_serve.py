@@ -15,6 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
+import psutil
 from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from ray import serve
@@ -23,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 
 from core.request import Request
 from core.slo import SLO
+from engines.child_reaper import new_children, watch_children
 from engines.sim_engine import SimEngine, SimEngineConfig
 
 api = FastAPI()
@@ -52,7 +54,9 @@ class BareVllm:
 
         config = parse_engine_config(engine_config)
         set_vllm_env(config)
+        before = {p.pid for p in psutil.Process().children()}
         self.llm = AsyncLLM.from_engine_args(engine_args(config))
+        self.reaper = watch_children(new_children(before))  # the bench ends with `ray stop --force`
 
     async def generate(self, body: dict[str, Any]) -> AsyncIterator[tuple[str, int]]:
         from vllm import SamplingParams
