@@ -8,6 +8,7 @@ from typing import Any
 from ray.serve import Application
 
 from app.config import AppConfig, PoolConfig
+from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from deployments.batch_queue import BatchQueue
 from deployments.ingress import Ingress
 from deployments.replica import LLMReplica
@@ -17,25 +18,48 @@ TOKEN_ROUTER = "deployments.token_router:TokenBalancedRouter"
 PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
 
 
-def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
+def _pool_deployments(pool: PoolConfig, stream_flush_s: float) -> dict[str, Application]:
+    """The pool's deployments: one, or for a shadow-TP pool one per TP option, the
+    engine's own TP as `pool-<name>` and the others starting at 0 replicas."""
+    by_tp = pool.deployments_by_tp()
+    if len(by_tp) == 1:
+        return {pool.deployment_name: _pool_deployment(pool, stream_flush_s)}
+    return {name: _pool_deployment(pool, stream_flush_s, tp, ShadowPool(
+        pool.deployment_name, by_tp, pool.autoscaling.min_replicas, pool.autoscaling.max_replicas))
+            for tp, name in by_tp.items()}
+
+
+def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = None,
+                     shadow: ShadowPool | None = None) -> Application:
+    """One deployment of the pool, its engine at TP `tp` (the engine's own if None)."""
+    tp = pool.engine.tensor_parallel if tp is None else tp
     scaling = pool.autoscaling
     routing = {}
     if pool.request_router == "token_balanced":
         routing["request_router_config"] = {"request_router_class": TOKEN_ROUTER, "request_routing_stats_period_s": 1.0}
     if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
         routing["request_router_config"] = {"request_router_class": PHASE_ROUTER, "request_routing_stats_period_s": 1.0}
+    bounds = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
+    if shadow is not None:
+        # Any of the pool's deployments may be emptied by a rollout; the pool's own bounds
+        # travel to the controller (ShadowPool.entry), which keeps the pool within them.
+        primary = shadow.deployments[tp] == shadow.name
+        initial = scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
+        bounds = {"min_replicas": 0, "initial_replicas": initial if primary else 0,
+                  "policy": {"policy_kwargs": {SHADOW_KEY: shadow.entry(tp)}}}
+    engine = pool.engine.model_copy(update={"tensor_parallel": tp})
     # GPUs, or a TP placement group, as the pool's engine needs
     from engines.vllm_placement import replica_resources
 
     return LLMReplica.options(
-        name=pool.deployment_name,
+        name=pool.deployment_name if shadow is None else shadow.deployments[tp],
         max_ongoing_requests=pool.max_ongoing_requests,
         max_queued_requests=pool.max_queued_requests,
-        **replica_resources(pool.engine, pool.num_cpus),
+        graceful_shutdown_timeout_s=pool.graceful_shutdown_timeout_s,
+        **replica_resources(engine, pool.num_cpus),
         autoscaling_config={
-            "min_replicas": scaling.min_replicas,
+            **bounds,
             "max_replicas": scaling.max_replicas,
-            "initial_replicas": scaling.initial_replicas,
             "metrics_interval_s": scaling.metrics_interval_s,
             "look_back_period_s": scaling.look_back_period_s,
             # Our policy damps itself; Serve's delays would only add lag.
@@ -43,16 +67,16 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float) -> Application:
             "downscale_delay_s": 0,
         },
         **routing,
-    ).bind(pool.name, _engine_config(pool), stream_flush_s,
+    ).bind(pool.name, _engine_config(pool, engine), stream_flush_s,
            pool.local_autoscaler.model_dump() if pool.local_autoscaler else None)
 
 
-def _engine_config(pool: PoolConfig) -> dict[str, Any]:
+def _engine_config(pool: PoolConfig, engine: Any) -> dict[str, Any]:
     """A mixed pool's replicas put interactive requests first (Chiron)."""
-    engine = pool.engine.model_dump()
-    if pool.kind == "mixed" and "interactive_first" in engine:
-        engine["interactive_first"] = True
-    return engine
+    config = engine.model_dump()
+    if pool.kind == "mixed" and "interactive_first" in config:
+        config["interactive_first"] = True
+    return config
 
 
 def _batch_queue(config: AppConfig) -> Application:
@@ -67,7 +91,11 @@ def _batch_queue(config: AppConfig) -> Application:
 def build_app(args: dict[str, Any]) -> Application:
     """`serve run serve_config.yaml` entry point: args are validated as AppConfig."""
     config = AppConfig.model_validate(args or {})
-    pools = {p.deployment_name: _pool_deployment(p, config.stream_flush_s) for p in config.pools}
+    pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config.stream_flush_s).items()}
+    if len(pools) != sum(len(p.deployments_by_tp()) for p in config.pools):
+        names = [name for p in config.pools for name in p.deployments_by_tp().values()]
+        raise ValueError(f"pools[].tensor_parallel_options: deployment names collide ({names}); rename a pool whose "
+                         "name ends in -tp<N>")
     ingress = Ingress.options(
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests
     )

@@ -19,6 +19,7 @@ from core.classes import LengthClassConfig, ServiceClass, default_service_classe
 from energy.hardware import GPUS, MODELS
 from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine import SimEngineConfig
+from engines.vllm_config import VllmEngineConfig
 
 
 class PoolAutoscaling(BaseModel):
@@ -64,10 +65,57 @@ class PoolConfig(BaseModel):
     phase: Literal["prompt", "token", "mixed"] | None = None
     # Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit.
     local_autoscaler: LocalAutoscalerConfig | None = None
+    # TP degrees the controller may run the pool at (DynamoLLM's pool manager, throttLL'eM's
+    # engine sizing); None: only the engine's own `tensor_parallel`.
+    tensor_parallel_options: list[int] | None = None
+    # How a TP change happens. "shadow": one deployment per TP option; the new degree's
+    # replicas start beside the serving ones, traffic switches when they all run, the old
+    # deployment drains (autoscaling.shadow_rollout). "in_place": replicas re-shard their
+    # engine (the sim engine models DynamoLLM's re-sharding and its cost). None: shadow for
+    # engines that cannot re-shard (vLLM), in place for the sim engine.
+    tp_change: Literal["in_place", "shadow"] | None = None
+    # A replica being stopped (scale-down, a drained shadow) gets this long to finish its
+    # in-flight requests; Serve's default of 20 s cuts long generations short.
+    graceful_shutdown_timeout_s: float = Field(default=120.0, gt=0)
+
+    @model_validator(mode="after")
+    def _tp_options(self) -> PoolConfig:
+        own = self.engine.tensor_parallel
+        options = self.tensor_parallel_options
+        if options is not None:
+            if not options or any(tp < 1 for tp in options):
+                raise ValueError(f"tensor_parallel_options: pool {self.name!r}: TP degrees must be positive integers, "
+                                 f"got {options}")
+            if len(set(options)) != len(options):
+                raise ValueError(f"tensor_parallel_options: pool {self.name!r}: degrees must be unique, got {options}")
+            if own not in options:
+                raise ValueError(f"tensor_parallel_options: pool {self.name!r}: must contain the engine's "
+                                 f"tensor_parallel ({own}), got {options}")
+        if self.tp_change == "in_place" and isinstance(self.engine, VllmEngineConfig):
+            raise ValueError(f"tp_change: pool {self.name!r}: a vLLM engine cannot re-shard in place; use shadow "
+                             "(or leave tp_change unset)")
+        if self.phase is not None and len(self.deployments_by_tp()) > 1:
+            raise ValueError(f"tensor_parallel_options: pool {self.name!r}: a Splitwise phase pool cannot change TP "
+                             "through shadow deployments (the coordinator places requests on its replicas)")
+        return self
 
     @property
     def deployment_name(self) -> str:
         return f"pool-{self.name}"
+
+    @property
+    def shadow_tp(self) -> bool:
+        """TP changes are new deployments beside the serving one, never in-place restarts."""
+        return self.tp_change == "shadow" or (self.tp_change is None and isinstance(self.engine, VllmEngineConfig))
+
+    def deployments_by_tp(self) -> dict[int, str]:
+        """The pool's Serve deployments by TP: the engine's own TP is `pool-<name>`, every
+        other option of a shadow pool `pool-<name>-tp<N>` (one deployment if in place)."""
+        own = self.engine.tensor_parallel
+        if not self.shadow_tp:
+            return {own: self.deployment_name}
+        return {tp: self.deployment_name if tp == own else f"{self.deployment_name}-tp{tp}"
+                for tp in sorted(self.tensor_parallel_options or [own])}
 
 
 class ApiKey(BaseModel):

@@ -10,17 +10,30 @@ no replica has reported stats for `stale_after_s`, we keep the current targets a
 publish no new plan, so replicas go on serving with the last plan. The gauge
 `wattwise_fail_static` (1 while failing static) and `wattwise_policy_failures_total`
 (by reason) make it visible; the returned policy state carries the same.
+
+Pools whose TP changes run as shadow deployments (autoscaling.shadow_rollout) are shown
+to the policy as one logical deployment; their rollouts turn its plan into targets per
+deployment, and `wattwise_tp_rollouts_total` counts how rollouts ended. An operator's TP
+pins (POST /admin/tensor_parallel) are read from the plan store and win over the policy.
 """
 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future
+from dataclasses import replace
 from typing import Any
 
 import ray
 from ray.util import metrics as ray_metrics
 
 from autoscaling.registry import make_policy
+from autoscaling.shadow_rollout import (
+    SHADOW_KEY,
+    RolloutEvent,
+    ShadowRollouts,
+    pools_from_entries,
+)
 from core.plan import ClusterPlan
 from core.stats import RATE_PREFIX, ReplicaStats
 from core.view import ClusterView, DeploymentView
@@ -63,8 +76,42 @@ class StaleStats(RuntimeError):
     """No replica has reported stats for too long: deciding on them would be guessing."""
 
 
+def shadow_entries(ctxs: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+    """{deployment: its place in a shadow pool} from each deployment's autoscaling config."""
+    entries = {}
+    for dep_id, ctx in ctxs.items():
+        policy = getattr(ctx.config, "policy", None)
+        entry = (getattr(policy, "policy_kwargs", None) or {}).get(SHADOW_KEY)
+        if entry:
+            entries[dep_id.name] = entry
+    return entries
+
+
+class OperatorPins:
+    """The operators' TP pins from the plan store, read without blocking the controller:
+    one read in flight at a time, its answer taken on a later tick."""
+
+    def __init__(self, period_s: float = 1.0) -> None:
+        self.period_s = period_s
+        self.pins: dict[str, int] = {}
+        self._pending: Future | None = None
+        self._asked_s = float("-inf")
+
+    def poll(self, store: Any, now_s: float) -> dict[str, int]:
+        if self._pending is not None and self._pending.done():
+            try:
+                self.pins = self._pending.result()
+            except Exception:  # keep the last pins; the next read may succeed
+                logger.exception("wattwise: reading operator TP pins failed")
+            self._pending = None
+        if self._pending is None and now_s - self._asked_s >= self.period_s:
+            self._pending = store.tensor_parallel_pins.remote().future()
+            self._asked_s = now_s
+        return self.pins
+
+
 class FailStaticMetrics:
-    """The controller-side gauge and counter; created only inside a Ray worker."""
+    """The controller-side gauges and counters; created only inside a Ray worker."""
 
     def __init__(self) -> None:
         self.fail_static = ray_metrics.Gauge(
@@ -73,22 +120,36 @@ class FailStaticMetrics:
         self.failures = ray_metrics.Counter(
             "wattwise_policy_failures_total", "Autoscaling policy failures by reason.",
             tag_keys=("application", "reason"))
+        self.rollouts = ray_metrics.Counter(
+            "wattwise_tp_rollouts_total", "Shadow TP rollouts by how they ended (completed, abandoned, "
+            "cancelled, retargeted).", tag_keys=("application", "pool", "outcome"))
 
     def record(self, app_name: str, reason: str | None) -> None:
         self.fail_static.set(1.0 if reason else 0.0, {"application": app_name})
         if reason:
             self.failures.inc(1, {"application": app_name, "reason": reason})
 
+    def rollout(self, app_name: str, event: RolloutEvent) -> None:
+        self.rollouts.inc(1, {"application": app_name, "pool": event.pool, "outcome": event.outcome})
+
 
 class AppAutoscalingPolicy:
-    def __init__(self, policy: str = "utilisation", stale_after_s: float = 30.0, **policy_kwargs: Any) -> None:
+    def __init__(self, policy: str = "utilisation", stale_after_s: float = 30.0, shadow_timeout_s: float = 600.0,
+                 shadow_handover_s: float = 5.0, **policy_kwargs: Any) -> None:
         self.policy = make_policy(policy, **policy_kwargs)
         self.stale_after_s = stale_after_s
+        # A shadow deployment not fully up this long after a TP change is given up; after a
+        # switch the old one keeps its replicas this long, until the ingress has seen it.
+        self.shadow_timeout_s = shadow_timeout_s
+        self.shadow_handover_s = shadow_handover_s
+        self.rollouts = ShadowRollouts([], shadow_timeout_s)
+        self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None
-        self._published: ClusterPlan | None = None
+        self._published: tuple[ClusterPlan, dict[str, Any]] | None = None
         self._stats_seen_s: float | None = None
         self._metrics: FailStaticMetrics | None = None
+        self._store: Any = None
 
     def _check_fresh(self, ctxs: dict[Any, Any], now: float) -> None:
         """Raise StaleStats when deployments run replicas but none reported any stats
@@ -100,29 +161,70 @@ class AppAutoscalingPolicy:
         if now - self._stats_seen_s > self.stale_after_s:
             raise StaleStats(f"no replica stats for {now - self._stats_seen_s:.0f} s")
 
-    def _report(self, app_name: str | None, reason: str | None) -> None:
-        self.fail_static_reason = reason
+    def _metrics_of(self, app_name: str | None) -> FailStaticMetrics | None:
         if app_name is None or not ray.is_initialized():
-            return
+            return None
         if self._metrics is None:
             self._metrics = FailStaticMetrics()
-        self._metrics.record(app_name, reason)
+        return self._metrics
+
+    def _store_of(self, app_name: str | None) -> Any:
+        if app_name is None or not ray.is_initialized():
+            return None
+        if self._store is None:
+            self._store = plan_store(app_name)
+        return self._store
+
+    def _report(self, app_name: str | None, reason: str | None) -> None:
+        self.fail_static_reason = reason
+        metrics = self._metrics_of(app_name)
+        if metrics is not None:
+            metrics.record(app_name, reason)
 
     def _publish(self, plan: ClusterPlan, app_name: str | None) -> None:
-        """Hand TP, clocks, batch limits and routing to the runtime (fire and forget)."""
-        if plan == self._published or app_name is None or not ray.is_initialized():
+        """Hand TP, clocks, batch limits, routing and rollout state to the runtime (fire and forget)."""
+        published = (plan, self.rollouts.report())
+        store = self._store_of(app_name)
+        if published == self._published or store is None:
             return
-        plan_store(app_name).publish.remote(plan_to_dict(plan))
-        self._published = plan
+        store.publish.remote(plan_to_dict(plan), published[1])
+        self._published = published
+
+    def _shadow_rollouts(self, ctxs: dict[Any, Any]) -> ShadowRollouts:
+        """The rollout state machine for the app's shadow pools (new if they changed: a redeploy)."""
+        pools = pools_from_entries(shadow_entries(ctxs))
+        if list(self.rollouts.pools.values()) != pools:
+            self.rollouts = ShadowRollouts(pools, self.shadow_timeout_s, handover_s=self.shadow_handover_s)
+        return self.rollouts
+
+    def _decide(self, ctxs: dict[Any, Any], now: float, app_name: str | None) -> dict[Any, int]:
+        """The policy's plan on the logical view, with the operators' TP pins on top, turned
+        into replica targets per deployment (shadow rollouts) and published."""
+        rollouts = self._shadow_rollouts(ctxs)
+        physical = view_from_contexts(ctxs)
+        plan = self.policy.observe(rollouts.logical_view(physical), now)
+        store = self._store_of(app_name)
+        pins = self.pins.poll(store, now) if store is not None else {}
+        if pins:
+            plan = replace(plan, tensor_parallel={**plan.tensor_parallel, **pins})
+        decision = rollouts.step(plan, physical, now)
+        for event in decision.events:
+            log = logger.warning if event.outcome == "abandoned" else logger.info
+            log("wattwise: TP rollout of %s TP%d -> TP%d %s after %.1f s", event.pool, event.from_tp, event.to_tp,
+                event.outcome, event.after_s)
+            metrics = self._metrics_of(app_name)
+            if metrics is not None:
+                metrics.rollout(app_name, event)
+        published = rollouts.published(plan, decision)
+        self._publish(published, app_name)
+        return {dep_id: published.replicas.get(dep_id.name, ctx.target_num_replicas) for dep_id, ctx in ctxs.items()}
 
     def __call__(self, ctxs: dict[Any, Any]) -> tuple[dict[Any, int], dict[Any, dict]]:
         now = max((ctx.current_time or 0.0) for ctx in ctxs.values()) if ctxs else 0.0
         app_name = next(iter(ctxs.values())).app_name if ctxs else None
         try:
             self._check_fresh(ctxs, now)
-            plan = self.policy.observe(view_from_contexts(ctxs), now)
-            decisions = {dep_id: plan.replicas.get(dep_id.name, ctx.target_num_replicas) for dep_id, ctx in ctxs.items()}
-            self._publish(plan, app_name)
+            decisions = self._decide(ctxs, now, app_name)
             reason = None
         except Exception as exc:
             self.failures += 1

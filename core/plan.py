@@ -18,6 +18,9 @@ class ClusterPlan:
     clock_mhz: dict[str, int] = field(default_factory=dict)
     batch_limit: dict[str, int] = field(default_factory=dict)
     routing_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
+    # deployments (autoscaling.shadow_rollout); set by the Serve runtime, not by policies.
+    serving: dict[str, str] = field(default_factory=dict)
     reason: str = ""
 
     def merge(self, other: ClusterPlan) -> ClusterPlan:
@@ -29,5 +32,6 @@ class ClusterPlan:
             clock_mhz={**self.clock_mhz, **other.clock_mhz},
             batch_limit={**self.batch_limit, **other.batch_limit},
             routing_weights={**self.routing_weights, **other.routing_weights},
+            serving={**self.serving, **other.serving},
             reason="; ".join(r for r in (self.reason, other.reason) if r),
         )

@@ -27,6 +27,17 @@ class ClockRequest(BaseModel):
     clock_mhz: int | None = Field(ge=1, le=10_000, description="within the pool GPU's clock range; null unpins")
 
 
+class TensorParallelRequest(BaseModel):
+    """POST /admin/tensor_parallel: pin a pool's TP (None: back to the controller's choice).
+    On a shadow-TP pool the change is a rollout to the deployment of that TP."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    pool: str = Field(pattern=POOL_NAME, description="pool name (short) or deployment (pool-short)")
+    tensor_parallel: int | None = Field(ge=1, le=64, description="one of the pool's tensor_parallel_options; "
+                                        "null unpins")
+
+
 class DrainRequest(BaseModel):
     """POST /admin/drain: stop (or resume) routing new requests to a pool."""
 

@@ -1,18 +1,21 @@
 """/admin/*: operator endpoints of the ingress, each behind an admin key (app.auth).
 
 Reads report what the app holds (pools, plan, profiles, request outcomes, Splitwise
-state); changes (clock pins, drains) go through the plan store, so the replicas apply
-them and only the node's privileged GPU-control actor touches clocks. Every action is
-logged by the key's name, never the key.
+state); changes (clock and TP pins, drains) go through the plan store, so the replicas
+apply them and only the node's privileged GPU-control actor touches clocks; TP pins go
+to the controller, which rolls a shadow-TP pool over to its deployment of that TP.
+Every action is logged by the key's name, never the key.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request as HTTPRequest
+from pydantic import BaseModel
 from ray import serve
 
 from app.config import AdminKey, PoolConfig
@@ -20,6 +23,7 @@ from app.openai_api import APIError, openapi_body
 from deployments.admin import (
     ClockRequest,
     DrainRequest,
+    TensorParallelRequest,
     deployed_policy,
     profiles_in_use,
 )
@@ -36,17 +40,45 @@ def _audit(key: AdminKey, action: str, change: bool = True) -> None:
     logger.log(logging.INFO if change else logging.DEBUG, "wattwise admin %r: %s", key.name, action)
 
 
+def _check_clock(pool: PoolConfig, clock_mhz: int) -> None:
+    gpu = GPUS[pool.engine.hardware]
+    if not gpu.min_clock_mhz <= clock_mhz <= gpu.max_clock_mhz:
+        raise APIError(400, f"Invalid value for 'clock_mhz': {pool.engine.hardware} supports "
+                       f"{gpu.min_clock_mhz}-{gpu.max_clock_mhz} MHz.", param="clock_mhz")
+
+
+def _check_tensor_parallel(pool: PoolConfig, tensor_parallel: int) -> None:
+    options = sorted(pool.tensor_parallel_options or [pool.engine.tensor_parallel])
+    if tensor_parallel not in options:
+        raise APIError(400, f"Invalid value for 'tensor_parallel': pool {pool.name!r} runs at "
+                       f"{options} (its tensor_parallel_options).", param="tensor_parallel")
+
+
 class AdminRoutes:
     """Mixed into the Ingress deployment (which holds config, pools, auth, metrics)."""
 
     @fastapi_app.get("/admin/pools")
-    def admin_pools(self, http: HTTPRequest) -> Any:
-        """Replica counts per pool as Serve reports them (dashboards, the demo)."""
+    async def admin_pools(self, http: HTTPRequest) -> Any:
+        """Per deployment: replica counts as Serve reports them (dashboards, the demo), its
+        pool and TP, the deployment serving that pool and the pool's TP rollout, if any."""
         try:
             self._admin(http, "read pools")
         except APIError as err:
             return error_response(err)
-        return self.pools_status()
+        status = await asyncio.to_thread(self.pools_status)
+        store = await plan_store(self.app_name).admin_view.remote()
+        plan_tp = (store["plan"] or {}).get("tensor_parallel", {})
+        rollouts = store.get("rollouts") or {}
+        for pool in self.config.pools:
+            rollout = rollouts.get(pool.deployment_name) or {}
+            serving = rollout.get("serving", pool.deployment_name)
+            for tp, name in pool.deployments_by_tp().items():
+                if name in status:
+                    status[name].update({
+                        "pool": pool.deployment_name, "tensor_parallel": plan_tp.get(name, tp),
+                        "serving_deployment": serving, "serving": name == serving,
+                        "rollout": rollout.get("rollout"), "rollout_outcomes": rollout.get("outcomes", {})})
+        return status
 
     @fastapi_app.get("/admin/requests")
     def admin_requests(self, http: HTTPRequest) -> Any:
@@ -97,20 +129,31 @@ class AdminRoutes:
         """Pin a pool's GPU clock. It goes into the plan store as an override: the pool's
         replicas apply it and forward it to their node's GPU-control actor (the only code
         that touches NVML); the ingress never sets clocks itself."""
+        return await self._pin(http, ClockRequest, "clock_mhz", _check_clock)
+
+    @fastapi_app.post("/admin/tensor_parallel", openapi_extra=openapi_body(TensorParallelRequest))
+    async def admin_tensor_parallel(self, http: HTTPRequest) -> Any:
+        """Pin a pool's TP over the policy's choice (null unpins). The controller applies
+        it: a shadow-TP pool rolls over to its deployment of that TP (GET /admin/pools
+        shows the rollout), an in-place pool's replicas re-shard."""
+        return await self._pin(http, TensorParallelRequest, "tensor_parallel", _check_tensor_parallel)
+
+    async def _pin(self, http: HTTPRequest, model: type[BaseModel], field: str,
+                   check: Callable[[PoolConfig, int], None]) -> Any:
+        """An operator's pin of one plan field of a pool (null unpins), checked against the
+        pool and kept in the plan store over every plan until unpinned."""
         try:
             key = self._admin(http, None)
-            body = await self._parse(http, ClockRequest, check_model=False)
+            body = await self._parse(http, model, check_model=False)
             pool = self._pool_config(body.pool)
-            gpu = GPUS[pool.engine.hardware]
-            if body.clock_mhz is not None and not gpu.min_clock_mhz <= body.clock_mhz <= gpu.max_clock_mhz:
-                raise APIError(400, f"Invalid value for 'clock_mhz': {pool.engine.hardware} supports "
-                               f"{gpu.min_clock_mhz}-{gpu.max_clock_mhz} MHz.", param="clock_mhz")
-            version = await plan_store(self.app_name).override.remote(
-                "clock_mhz", pool.deployment_name, body.clock_mhz)
+            value = getattr(body, field)
+            if value is not None:
+                check(pool, value)
+            version = await plan_store(self.app_name).override.remote(field, pool.deployment_name, value)
         except APIError as err:
             return error_response(err)
-        _audit(key, f"clock of {pool.deployment_name} -> {body.clock_mhz} MHz (plan version {version})")
-        return {"pool": pool.deployment_name, "clock_mhz": body.clock_mhz, "plan_version": version}
+        _audit(key, f"{field} of {pool.deployment_name} -> {value} (plan version {version})")
+        return {"pool": pool.deployment_name, field: value, "plan_version": version}
 
     @fastapi_app.post("/admin/drain", openapi_extra=openapi_body(DrainRequest))
     async def admin_drain(self, http: HTTPRequest) -> Any:

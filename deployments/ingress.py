@@ -124,7 +124,10 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         # Splitwise: both phases of a request placed by the coordinator (deployments.phase_split).
         self.phase_split = PhaseSplit(pools, splitwise, self.config.splitwise) if splitwise else None
         self.prompts = prompt_tokenizer(self.config)
-        self.pools = pools
+        self.pools = pools  # every pool's deployments, shadow-TP ones included
+        # Pool -> the deployment serving it while its TP changes by shadow deployments
+        # (from the plan; a pool absent here is served by its own deployment).
+        self.serving: dict[str, str] = {}
         self.batch_queue = batch_queue
         self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
@@ -139,10 +142,18 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         self._follower: asyncio.Task | None = None
 
     def _ensure_following_plan(self) -> None:
-        """Routing weights come from the controller's published plan (DynamoLLM spill)."""
+        """Routing weights (DynamoLLM spill) and serving deployments (shadow TP changes)
+        come from the controller's published plan."""
         if self._follower is None or self._follower.done():
-            self._follower = asyncio.get_running_loop().create_task(
-                follow_plan(self.app_name, lambda plan: self.router.set_weights(plan.routing_weights)))
+            self._follower = asyncio.get_running_loop().create_task(follow_plan(self.app_name, self._apply_plan))
+
+    def _apply_plan(self, plan: Any) -> None:
+        self.router.set_weights(plan.routing_weights)
+        self.serving = {pool: dep for pool, dep in plan.serving.items() if dep in self.pools}
+
+    def _deployment(self, pool: str) -> str:
+        """The deployment taking `pool`'s requests now (its own unless a shadow took over)."""
+        return self.serving.get(pool, pool)
 
     # ---- routes ----------------------------------------------------------------
     @fastapi_app.get("/health")
@@ -153,7 +164,9 @@ class Ingress(AdminRoutes, BatchApiRoutes):
     def ready(self) -> JSONResponse:
         """Unauthenticated readiness (load balancers, LocalServe): is every pool deployment
         healthy? 200 or 503, and nothing more than that per pool."""
-        pools = {name: "HEALTHY" in info["status"] for name, info in self.pools_status().items()}
+        status = self.pools_status()
+        pools = {p.deployment_name: "HEALTHY" in status.get(self._deployment(p.deployment_name), {}).get("status", "")
+                 for p in self.config.pools}
         ready = bool(pools) and all(pools.values())
         return JSONResponse({"ready": ready, "pools": pools}, status_code=200 if ready else 503)
 
@@ -187,8 +200,8 @@ class Ingress(AdminRoutes, BatchApiRoutes):
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
                                                tenant.slo_override)
                 self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
-                pool = self._undrained(self.router.pick(request.length_class, pool,
-                                                        allowed=set(self.pools) - self.drained))
+                pool = self._undrained(self.router.pick(
+                    request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - self.drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
             candidates = [p for p in await self._candidates(request.service_class, pool) if p not in self.drained] or [pool]
@@ -244,7 +257,7 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         if service_class == "batch":
             batch = self.config.pool_of_kind("batch")
             running = await self._running_replicas()
-            return [batch, mixed] if batch and running.get(batch, 0) > 0 else [mixed]
+            return [batch, mixed] if batch and running.get(self._deployment(batch), 0) > 0 else [mixed]
         return [self.config.pool_of_kind("interactive"), mixed]
 
     async def _running_replicas(self, max_age_s: float = 2.0) -> dict[str, int]:
@@ -377,12 +390,12 @@ class Ingress(AdminRoutes, BatchApiRoutes):
     def _start_stream(self, request: Any, pool: str) -> Any:
         if self.phase_split is not None:
             return self.phase_split.stream(request)
-        return self.pools[pool].options(stream=True).generate.remote(request)
+        return self.pools[self._deployment(pool)].options(stream=True).generate.remote(request)
 
     def _start_complete(self, request: Any, pool: str) -> Any:
         if self.phase_split is not None:
             return self.phase_split.complete(request)
-        return self.pools[pool].complete.remote(request)
+        return self.pools[self._deployment(pool)].complete.remote(request)
 
     async def _sse(self, gen, first, rid, model, render, request, route, include_usage) -> AsyncIterator[str]:
         """Stream chunks as SSE; a replica failure past the retries ends the stream with an

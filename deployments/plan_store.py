@@ -1,8 +1,10 @@
 """Where the controller publishes the ClusterPlan and the runtime picks it up.
 
 Serve's autoscaling policy returns only replica counts; the rest of a plan (TP,
-clocks, batch limits, routing weights) goes to this named actor, which replicas and
-the ingress poll. A missing or stale plan leaves them serving as they were.
+clocks, batch limits, routing weights, which deployment serves each shadow-TP pool)
+goes to this named actor, which replicas and the ingress poll. A missing or stale plan
+leaves them serving as they were. Operators' TP pins are kept here too, but applied by
+the controller (a pool's TP may mean a shadow rollout, never a replica re-sharding).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import ray
 from core.plan import ClusterPlan
 
 NAMESPACE = "wattwise"
+# Override fields the controller applies to its plan instead of the store layering them.
+CONTROLLER_FIELDS = frozenset({"tensor_parallel"})
 logger = logging.getLogger("ray.serve")
 
 
@@ -26,15 +30,23 @@ class PlanStore:
     def __init__(self) -> None:
         self.version = 0
         self.plan: dict[str, Any] | None = None
-        # An operator's settings (POST /admin/clocks): plan field -> {deployment: value},
-        # layered over every published plan until cleared.
+        # An operator's settings (POST /admin/clocks, /admin/tensor_parallel): plan field ->
+        # {deployment: value}, layered over every published plan until cleared.
         self.overrides: dict[str, dict[str, Any]] = {}
+        # The controller's shadow TP rollouts per pool (autoscaling.shadow_rollout.report).
+        self.rollouts: dict[str, Any] = {}
 
-    def publish(self, plan: dict[str, Any]) -> int:
+    def publish(self, plan: dict[str, Any], rollouts: dict[str, Any] | None = None) -> int:
         if plan != self.plan:
             self.plan = plan
             self.version += 1
+        if rollouts is not None:
+            self.rollouts = rollouts
         return self.version
+
+    def tensor_parallel_pins(self) -> dict[str, int]:
+        """The operators' TP pins, for the controller to apply to its plan."""
+        return dict(self.overrides.get("tensor_parallel", {}))
 
     def override(self, field: str, deployment: str, value: Any | None) -> int:
         """Pin `field` (e.g. clock_mhz) of one deployment; None removes the pin."""
@@ -48,10 +60,11 @@ class PlanStore:
 
     def effective(self) -> dict[str, Any] | None:
         """The published plan with the operator's overrides on top."""
-        if not any(self.overrides.values()):
+        layers = {field: layer for field, layer in self.overrides.items() if layer and field not in CONTROLLER_FIELDS}
+        if not layers:
             return self.plan
         plan = dict(self.plan or {})
-        for field, layer in self.overrides.items():
+        for field, layer in layers.items():
             plan[field] = {**plan.get(field, {}), **layer}
         return plan
 
@@ -60,7 +73,7 @@ class PlanStore:
         return self.version, (self.effective() if self.version != known_version else None)
 
     def admin_view(self) -> dict[str, Any]:
-        return {"version": self.version, "plan": self.plan, "overrides": self.overrides}
+        return {"version": self.version, "plan": self.plan, "overrides": self.overrides, "rollouts": self.rollouts}
 
 
 def plan_store(app_name: str):

@@ -7,6 +7,7 @@ this class deployed under its own name with its own autoscaling config.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,7 +26,9 @@ from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
 from engines.batching import RequestShed
 from engines.factory import make_engine
-from engines.protocol import GenerationChunk, RequestSquashed
+from engines.protocol import GenerationChunk, RequestSquashed, TensorParallelChangeUnsupported
+
+logger = logging.getLogger("ray.serve")
 
 
 @serve.deployment
@@ -45,6 +48,7 @@ class LLMReplica:
             self.engine.set_batch_limit(self.local.limit)
         self._local_task: asyncio.Task | None = None
         self._clock_task: asyncio.Task | None = None
+        self._refused_tp: int | None = None  # the last plan TP the engine could not take
 
     def _ensure_following_plan(self) -> None:
         if self._follower is None or self._follower.done():
@@ -78,10 +82,18 @@ class LLMReplica:
                 self.local.update(s.itl_ewma_s, slo, s.tokens_per_s, s.running_requests, s.tokens_generated))
 
     def apply_plan(self, plan: ClusterPlan) -> None:
-        """Take this pool's TP, clock and batch limit from the controller's plan."""
+        """Take this pool's TP, clock and batch limit from the controller's plan. A TP the
+        engine cannot take in place (vLLM, a pool without shadow deployments for it) is
+        logged once and skipped: the clock and batch limit still apply."""
         name = self.deployment
-        if name in plan.tensor_parallel and plan.tensor_parallel[name] != self.engine.stats().tensor_parallel:
-            self.engine.set_tensor_parallel(plan.tensor_parallel[name])
+        tp = plan.tensor_parallel.get(name)
+        if tp is not None and tp != self.engine.stats().tensor_parallel:
+            try:
+                self.engine.set_tensor_parallel(tp)
+            except TensorParallelChangeUnsupported as exc:
+                if tp != self._refused_tp:
+                    logger.warning("wattwise: %s keeps its TP: %s", name, exc)
+                    self._refused_tp = tp
         if name in plan.batch_limit and self.local is None:  # the local autoscaler owns it otherwise
             self.engine.set_batch_limit(plan.batch_limit[name])
         if name in plan.clock_mhz:

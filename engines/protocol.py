@@ -10,6 +10,11 @@ from core.request import Request
 from core.stats import ReplicaStats
 
 
+class TensorParallelChangeUnsupported(RuntimeError):
+    """The engine cannot re-shard in place (vLLM): its pool changes TP by shadow
+    deployments (autoscaling.shadow_rollout) or not at all."""
+
+
 class RequestSquashed(Exception):
     """The replica dropped a request that waited too long to start (DynamoLLM §IV-D);
     the client should retry, ideally elsewhere."""

@@ -25,7 +25,7 @@ from core.request import Request
 from core.stats import ReplicaStats
 from engines.admission_gate import AdmissionGate
 from engines.child_reaper import new_children, watch_children
-from engines.protocol import GenerationChunk, RequestUsage
+from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChangeUnsupported
 from engines.token_energy import TokenEnergyMeter
 from engines.vllm_config import KEEP_PREEMPTED_KV, KvTransferConfig, VllmEngineConfig
 from engines.vllm_resume import Continuation
@@ -71,10 +71,6 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
 def _visible_gpus() -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     return [int(i) for i in visible.split(",") if i.strip().isdigit()]
-
-
-class TensorParallelChangeUnsupported(RuntimeError):
-    pass
 
 
 class VllmEngine:

@@ -228,7 +228,7 @@ def test_readiness_is_open_and_admin_reads_report(served: LocalServe) -> None:
         "ready": True, "pools": {"pool-short": True, "pool-medium": True, "pool-long": True}}
     assert served.pool_replicas() == {"pool-short": 1, "pool-medium": 1, "pool-long": 1}
     assert _get(served, "/admin/profiles", ADMIN_KEY).json() == {"object": "list", "data": []}  # utilisation
-    assert set(_get(served, "/admin/plan", ADMIN_KEY).json()) == {"version", "plan", "overrides", "drained"}
+    assert set(_get(served, "/admin/plan", ADMIN_KEY).json()) == {"version", "plan", "overrides", "rollouts", "drained"}
 
 
 def _metric(served: LocalServe, name: str, pool: str) -> float | None:
@@ -254,6 +254,23 @@ def test_admin_clock_reaches_the_pool_through_the_plan(served: LocalServe) -> No
     assert _metric(served, "ray_wattwise_gpu_clock_mhz", "medium") != 1200
     assert _post(served, "/admin/clocks", {"pool": "short", "clock_mhz": None}).json()["clock_mhz"] is None
     assert _get(served, "/admin/plan", ADMIN_KEY).json()["overrides"] == {"clock_mhz": {}}
+
+
+@pytest.mark.ray
+def test_admin_tp_pin_needs_the_admin_key_and_one_of_the_pools_options(served: LocalServe) -> None:
+    pin = {"pool": "short", "tensor_parallel": 2}  # its engine's own: it has no tensor_parallel_options
+    assert _post(served, "/admin/tensor_parallel", pin, key=TENANT_KEY).status_code == 403
+    bad = _post(served, "/admin/tensor_parallel", {"pool": "short", "tensor_parallel": 4})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tensor_parallel"
+    assert _post(served, "/admin/tensor_parallel", {"pool": "short", "tensor_parallel": 0}).status_code == 400
+    # The store keeps the pin; the controller applies it to the plan it publishes (an in-place pool).
+    pinned = _post(served, "/admin/tensor_parallel", pin).json()
+    assert (pinned["pool"], pinned["tensor_parallel"]) == ("pool-short", 2)
+    plan = _get(served, "/admin/plan", ADMIN_KEY).json()
+    assert plan["overrides"]["tensor_parallel"] == {"pool-short": 2}
+    wait_for(lambda: (_get(served, "/admin/plan", ADMIN_KEY).json()["plan"] or {}).get("tensor_parallel", {})
+             .get("pool-short") == 2, 30, "the controller's plan carries the pin")
+    assert _post(served, "/admin/tensor_parallel", {**pin, "tensor_parallel": None}).status_code == 200
 
 
 @pytest.mark.ray

@@ -121,6 +121,7 @@ def test_fuzz_openapi_has_no_5xx(served: LocalServe) -> None:
 
 # ---- the spec and the validation, in process ---------------------------------------------
 def _spec() -> dict[str, Any]:
+    import deployments.ingress  # noqa: F401 - defining the Ingress registers its routes
     from deployments.http_app import fastapi_app
 
     return fastapi_app.openapi()
@@ -132,6 +133,7 @@ def _spec() -> dict[str, Any]:
     ("/v1/batches", {"input_file_id", "endpoint", "completion_window"}),
     ("/admin/clocks", {"pool", "clock_mhz"}),
     ("/admin/drain", {"pool", "drain"}),
+    ("/admin/tensor_parallel", {"pool", "tensor_parallel"}),
 ])
 def test_openapi_describes_the_request_bodies(path: str, fields: set[str]) -> None:
     body = _spec()["paths"][path]["post"]["requestBody"]

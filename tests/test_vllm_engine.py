@@ -12,32 +12,20 @@ import pytest
 from core.request import Request
 from core.sampling import Sampling
 from core.slo import SLO
-from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
+from tests.tiny_model_fixture import hf_greedy, loop, require_vllm, running_engine, tiny_model  # noqa: F401 (fixtures)
 from wattwise.tiny_model import tiny_engine_config
 
 require_vllm()
 
-from engines.factory import make_engine
-from engines.vllm_engine import TensorParallelChangeUnsupported, VllmEngine
+from engines.protocol import TensorParallelChangeUnsupported
+from engines.vllm_engine import VllmEngine
 
 PROMPT = "Return the number of items in the"
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(scope="module")
 def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
-    async def build() -> VllmEngine:
-        return make_engine(tiny_engine_config(tiny_model, batch_limit=4))
-
-    eng = loop.run_until_complete(build())
-    yield eng
-    loop.run_until_complete(eng.shutdown())
+    yield from running_engine(loop, tiny_engine_config(tiny_model, batch_limit=4))
 
 
 def _request(engine: VllmEngine, prompt: str, max_tokens: int, rid: str, **sampling) -> Request:

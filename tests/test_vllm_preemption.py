@@ -17,7 +17,7 @@ import pytest
 from core.request import Request
 from core.sampling import Sampling
 from core.slo import SLO
-from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
+from tests.tiny_model_fixture import hf_greedy, loop, require_vllm, running_engine, tiny_model  # noqa: F401 (fixtures)
 from wattwise.tiny_model import stdlib_docstrings, tiny_engine_config
 
 require_vllm()
@@ -36,20 +36,8 @@ def _config(model: Path, **overrides) -> dict:
 
 
 @pytest.fixture(scope="module")
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
-
-
-@pytest.fixture(scope="module")
 def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
-    async def build() -> VllmEngine:
-        return make_engine(_config(tiny_model))
-
-    eng = loop.run_until_complete(build())
-    yield eng
-    loop.run_until_complete(eng.shutdown())
+    yield from running_engine(loop, _config(tiny_model))
 
 
 @pytest.fixture(scope="module")

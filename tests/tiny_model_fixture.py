@@ -5,11 +5,14 @@ it (a change to wattwise/tiny_model.py builds a new one); a fresh machine builds
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,3 +57,23 @@ def hf_greedy(model: Path, prompt: str, max_tokens: int) -> list[int]:
     with torch.no_grad():
         out = hf.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False)
     return out[0, ids.shape[1]:].tolist()
+
+
+@pytest.fixture(scope="module")
+def loop() -> Iterator[asyncio.AbstractEventLoop]:
+    """One event loop per module: an AsyncLLM stays bound to the loop it started in."""
+    loop = asyncio.new_event_loop()
+    yield loop
+    loop.close()
+
+
+def running_engine(loop: asyncio.AbstractEventLoop, config: dict[str, Any]) -> Iterator[Any]:
+    """A module's engine fixture body: the engine built inside `loop`, shut down after."""
+    from engines.factory import make_engine
+
+    async def build() -> Any:
+        return make_engine(config)
+
+    engine = loop.run_until_complete(build())
+    yield engine
+    loop.run_until_complete(engine.shutdown())
