@@ -10,12 +10,14 @@ rest of the project runs without it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import glob
 import logging
 import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import psutil
@@ -38,6 +40,39 @@ def set_vllm_env(config: VllmEngineConfig) -> None:
     """Environment vLLM reads at import and start; values already set by the operator win."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{config.cpu_kvcache_space_gib:g}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@contextlib.contextmanager
+def cpu_ranks_bound(config: VllmEngineConfig) -> Iterator[None]:
+    """While the engine starts (its processes copy the environment), bind each CPU TP
+    rank's threads to cores of its own where vLLM's automatic binding would refuse; an
+    operator's VLLM_CPU_OMP_THREADS_BIND wins. Restored after: other engines of this
+    process may run at another TP."""
+    bind = "VLLM_CPU_OMP_THREADS_BIND"
+    if config.device != "cpu" or config.tensor_parallel == 1 or bind in os.environ \
+            or _numa_nodes() >= config.tensor_parallel:
+        yield
+        return
+    os.environ[bind] = cpu_threads_bind(config.tensor_parallel, sorted(os.sched_getaffinity(0)))
+    try:
+        yield
+    finally:
+        os.environ.pop(bind, None)
+
+
+def _numa_nodes() -> int:
+    return max(1, len(glob.glob("/sys/devices/system/node/node[0-9]*")))
+
+
+def cpu_threads_bind(tensor_parallel: int, cpus: list[int]) -> str:
+    """VLLM_CPU_OMP_THREADS_BIND giving each TP rank an equal, disjoint share of `cpus`.
+    vLLM-cpu's automatic binding gives each rank a NUMA node of its own and refuses TP
+    above the node count (one node on most machines)."""
+    if len(cpus) < tensor_parallel:
+        raise ValueError(f"tensor_parallel: {tensor_parallel} CPU ranks need as many cores; this replica may use "
+                         f"{len(cpus)} ({cpus})")
+    share = len(cpus) // tensor_parallel
+    return "|".join(",".join(map(str, cpus[rank * share:(rank + 1) * share])) for rank in range(tensor_parallel))
 
 
 def kv_transfer_for(config: VllmEngineConfig) -> KvTransferConfig | None:
@@ -89,7 +124,8 @@ class VllmEngine:
             # Workers go into the bundles Serve reserved for this replica (STRICT_PACK).
             vllm_config.parallel_config.placement_group = ray.util.get_current_placement_group()
         children_before = {p.pid for p in psutil.Process().children()}
-        self.llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[self.tracker.logger_factory])
+        with cpu_ranks_bound(config):
+            self.llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[self.tracker.logger_factory])
         # The engine core process outlives a replica killed without shutdown(): reap it then.
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None

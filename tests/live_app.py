@@ -1,9 +1,13 @@
-"""Helpers for tests against a live app: poll until something holds, read its metrics."""
+"""Helpers for tests against a live app: poll until something holds, read its metrics,
+look inside a replica."""
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -26,3 +30,30 @@ def metric_sum(served: LocalServe, name: str, **labels: str) -> float:
         if line.startswith(name + "{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def in_replica(deployment: str, read: Callable[[Any], Any]) -> Any:
+    """`read(the deployment's LLMReplica)`, run inside its first replica actor (the test
+    process must be connected to the app's Ray cluster). Test-only introspection (Serve
+    internals): a Serve handle here would start a router whose metrics thread outlives
+    this driver."""
+    import ray
+
+    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"#{deployment}#" in a["name"])
+    actor = ray.get_actor(name, namespace="serve")
+    return ray.get(actor.__ray_call__.remote(
+        lambda replica: read(replica._replica_impl._user_callable_wrapper.user_callable)), timeout=30)
+
+
+@contextlib.contextmanager
+def served_with_driver(config_path: Path, edit: Callable[[dict[str, Any]], None]) -> Iterator[LocalServe]:
+    """The app of `config_path` (edited), with this test process connected to its Ray
+    cluster as a driver, for in_replica."""
+    import ray
+
+    with LocalServe(config_path, edit=edit) as local:
+        ray.init(address=f"127.0.0.1:{local.gcs_port}", log_to_driver=False)
+        try:
+            yield local
+        finally:
+            ray.shutdown()

@@ -40,3 +40,12 @@ def test_zero_cpu_replica_still_gets_a_valid_bundle() -> None:
 def test_cpu_vllm_and_simulated_pools_ask_for_cpu_only(engine: dict[str, Any]) -> None:
     actor, bundles, _ = _replica_options(engine, 0.5)
     assert actor == {"num_cpus": 0.5} and bundles is None
+
+
+def test_cpu_tp_ranks_get_disjoint_cores_where_vllm_would_refuse() -> None:
+    from engines.vllm_engine import cpu_threads_bind
+
+    assert cpu_threads_bind(2, [0, 1]) == "0|1"
+    assert cpu_threads_bind(2, [0, 1, 2, 3, 4]) == "0,1|2,3"
+    with pytest.raises(ValueError, match="tensor_parallel: 3 CPU ranks need as many cores"):
+        cpu_threads_bind(3, [0, 1])

@@ -12,6 +12,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.live_app import in_replica, served_with_driver
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
 from wattwise.paths import ROOT
@@ -35,14 +36,8 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
         pool = args["pools"][0]
         pool["engine"] = tiny_engine_config(tiny_model, batch_limit=BATCH_LIMIT, max_num_seqs=8)
 
-    import ray
-
-    with LocalServe(ROOT / "serve_config.cpu.yaml", edit=edit) as local:
-        ray.init(address=f"127.0.0.1:{local.gcs_port}", log_to_driver=False)
-        try:
-            yield local
-        finally:
-            ray.shutdown()
+    with served_with_driver(ROOT / "serve_config.cpu.yaml", edit) as local:
+        yield local
 
 
 def _client(served: LocalServe) -> openai.OpenAI:
@@ -50,15 +45,7 @@ def _client(served: LocalServe) -> openai.OpenAI:
 
 
 def _in_replica(read: Callable[[Any], Any]) -> Any:
-    """`read(the pool's LLMReplica)`, run inside its one replica actor. Test-only
-    introspection (Serve internals): a Serve handle here would start a router whose
-    metrics thread outlives this driver."""
-    import ray
-
-    name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"#{POOL}#" in a["name"])
-    actor = ray.get_actor(name, namespace="serve")
-    return ray.get(actor.__ray_call__.remote(
-        lambda replica: read(replica._replica_impl._user_callable_wrapper.user_callable)), timeout=30)
+    return in_replica(POOL, read)
 
 
 def _replica_stats() -> dict[str, float]:
