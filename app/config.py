@@ -108,14 +108,18 @@ class PoolConfig(BaseModel):
         """TP changes are new deployments beside the serving one, never in-place restarts."""
         return self.tp_change == "shadow" or (self.tp_change is None and isinstance(self.engine, VllmEngineConfig))
 
+    @property
+    def tp_degrees(self) -> list[int]:
+        """The TP degrees the pool may run at, ascending."""
+        return sorted(self.tensor_parallel_options or [self.engine.tensor_parallel])
+
     def deployments_by_tp(self) -> dict[int, str]:
         """The pool's Serve deployments by TP: the engine's own TP is `pool-<name>`, every
         other option of a shadow pool `pool-<name>-tp<N>` (one deployment if in place)."""
         own = self.engine.tensor_parallel
         if not self.shadow_tp:
             return {own: self.deployment_name}
-        return {tp: self.deployment_name if tp == own else f"{self.deployment_name}-tp{tp}"
-                for tp in sorted(self.tensor_parallel_options or [own])}
+        return {tp: self.deployment_name if tp == own else f"{self.deployment_name}-tp{tp}" for tp in self.tp_degrees}
 
 
 class ApiKey(BaseModel):

@@ -142,7 +142,7 @@ class AppAutoscalingPolicy:
         # switch the old one keeps its replicas this long, until the ingress has seen it.
         self.shadow_timeout_s = shadow_timeout_s
         self.shadow_handover_s = shadow_handover_s
-        self.rollouts = ShadowRollouts([], shadow_timeout_s)
+        self.rollouts = ShadowRollouts([], shadow_timeout_s, handover_s=shadow_handover_s)
         self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None

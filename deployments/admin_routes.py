@@ -48,10 +48,9 @@ def _check_clock(pool: PoolConfig, clock_mhz: int) -> None:
 
 
 def _check_tensor_parallel(pool: PoolConfig, tensor_parallel: int) -> None:
-    options = sorted(pool.tensor_parallel_options or [pool.engine.tensor_parallel])
-    if tensor_parallel not in options:
+    if tensor_parallel not in pool.tp_degrees:
         raise APIError(400, f"Invalid value for 'tensor_parallel': pool {pool.name!r} runs at "
-                       f"{options} (its tensor_parallel_options).", param="tensor_parallel")
+                       f"{pool.tp_degrees} (its tensor_parallel_options).", param="tensor_parallel")
 
 
 class AdminRoutes:
