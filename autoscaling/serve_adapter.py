@@ -15,6 +15,8 @@ Pools whose TP changes run as shadow deployments (autoscaling.shadow_rollout) ar
 to the policy as one logical deployment; their rollouts turn its plan into targets per
 deployment, and `wattwise_tp_rollouts_total` counts how rollouts ended. An operator's TP
 pins (POST /admin/tensor_parallel) are read from the plan store and win over the policy.
+A deployment the plan empties keeps its replicas `handover_s` longer (autoscaling.handover),
+until the ingress has read the plan that routes its traffic elsewhere.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any
 import ray
 from ray.util import metrics as ray_metrics
 
+from autoscaling.handover import EmptyingHandover
 from autoscaling.registry import make_policy
 from autoscaling.shadow_rollout import (
     SHADOW_KEY,
@@ -135,14 +138,14 @@ class FailStaticMetrics:
 
 class AppAutoscalingPolicy:
     def __init__(self, policy: str = "utilisation", stale_after_s: float = 30.0, shadow_timeout_s: float = 600.0,
-                 shadow_handover_s: float = 5.0, **policy_kwargs: Any) -> None:
+                 handover_s: float = 5.0, **policy_kwargs: Any) -> None:
         self.policy = make_policy(policy, **policy_kwargs)
         self.stale_after_s = stale_after_s
-        # A shadow deployment not fully up this long after a TP change is given up; after a
-        # switch the old one keeps its replicas this long, until the ingress has seen it.
+        # A shadow deployment not fully up this long after a TP change is given up.
         self.shadow_timeout_s = shadow_timeout_s
-        self.shadow_handover_s = shadow_handover_s
-        self.rollouts = ShadowRollouts([], shadow_timeout_s, handover_s=shadow_handover_s)
+        self.rollouts = ShadowRollouts([], shadow_timeout_s)
+        # A deployment the plan empties keeps its replicas this long, until the ingress has seen the plan.
+        self.handover = EmptyingHandover(handover_s)
         self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None
@@ -194,7 +197,7 @@ class AppAutoscalingPolicy:
         """The rollout state machine for the app's shadow pools (new if they changed: a redeploy)."""
         pools = pools_from_entries(shadow_entries(ctxs))
         if list(self.rollouts.pools.values()) != pools:
-            self.rollouts = ShadowRollouts(pools, self.shadow_timeout_s, handover_s=self.shadow_handover_s)
+            self.rollouts = ShadowRollouts(pools, self.shadow_timeout_s)
         return self.rollouts
 
     def _decide(self, ctxs: dict[Any, Any], now: float, app_name: str | None) -> dict[Any, int]:
@@ -217,7 +220,10 @@ class AppAutoscalingPolicy:
                 metrics.rollout(app_name, event)
         published = rollouts.published(plan, decision)
         self._publish(published, app_name)
-        return {dep_id: published.replicas.get(dep_id.name, ctx.target_num_replicas) for dep_id, ctx in ctxs.items()}
+        previous = {dep_id.name: ctx.target_num_replicas for dep_id, ctx in ctxs.items()}
+        targets = self.handover.hold({name: published.replicas.get(name, n) for name, n in previous.items()},
+                                     previous, now)
+        return {dep_id: targets[dep_id.name] for dep_id in ctxs}
 
     def __call__(self, ctxs: dict[Any, Any]) -> tuple[dict[Any, int], dict[Any, dict]]:
         now = max((ctx.current_time or 0.0) for ctx in ctxs.values()) if ctxs else 0.0

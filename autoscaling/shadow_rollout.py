@@ -5,9 +5,8 @@ take their capacity (and in-flight requests) away for as long as an engine loads
 pool that changes TP this way has one Serve deployment per TP it may run at, and a change
 is a rollout: the new TP's deployment scales up to the planned replicas while the old one
 keeps serving at its count; once every new replica runs and reports stats, the pool's
-traffic switches to it, and `handover_s` later (time for the ingress to read the switch
-from the plan) the old deployment goes to 0 (Serve drains it: in-flight requests
-finish). A shadow not up within `timeout_s` is abandoned (old keeps serving; the
+traffic switches to it and the old deployment goes to 0 (after the adapter's handover,
+autoscaling.handover, Serve drains it: in-flight requests finish). A shadow not up within `timeout_s` is abandoned (old keeps serving; the
 same TP is not retried for `retry_after_s`). throttLL'eM's shadow instances (seed 003
 §IV-D) work this way. The simulator does the same per replica (sim.engine's reconcile:
 old-TP replicas serve until new ones are ready; new ones cost DynamoLLM's re-shard time),
@@ -89,9 +88,6 @@ class _PoolState:
     replicas: int
     rollout: Rollout | None = None
     held: tuple[int, float] | None = None  # (TP abandoned, not retried before this time)
-    # TPs switched away from: their replicas stay until the time given, so requests the
-    # ingress sent before it saw the switch still find them.
-    retiring: dict[int, tuple[int, float]] = field(default_factory=dict)
     outcomes: Counter[str] = field(default_factory=Counter)
 
 
@@ -110,11 +106,9 @@ def _dep(view: ClusterView, name: str) -> DeploymentView:
 
 
 class ShadowRollouts:
-    def __init__(self, pools: Iterable[ShadowPool], timeout_s: float = 600.0, retry_after_s: float | None = None,
-                 handover_s: float = 5.0):
+    def __init__(self, pools: Iterable[ShadowPool], timeout_s: float = 600.0, retry_after_s: float | None = None):
         self.pools = {p.name: p for p in pools}
         self.timeout_s = timeout_s
-        self.handover_s = handover_s
         self.retry_after_s = timeout_s if retry_after_s is None else retry_after_s
         self._owner = {dep: p.name for p in self.pools.values() for dep in p.deployments.values()}
         self._state: dict[str, _PoolState] = {}
@@ -172,7 +166,7 @@ class ShadowRollouts:
                 state.replicas = min(max(plan.replicas[pool.name], pool.min_replicas), pool.max_replicas)
             wanted = self._wanted_tp(pool, state, plan.tensor_parallel.get(pool.name), now_s)
             events += self._advance(pool, state, wanted, view, now_s)
-            targets.update(self._targets(pool, state, now_s))
+            targets.update(self._targets(pool, state))
             serving[pool.name] = pool.deployments[state.serving_tp]
         return RolloutDecision(targets, serving, tuple(events))
 
@@ -210,7 +204,6 @@ class ShadowRollouts:
             state.rollout = r = replace(r, to_tp=wanted, started_s=now_s)
         shadow = _dep(view, pool.deployments[r.to_tp])
         if shadow.current_replicas >= state.replicas and len(shadow.replica_stats) >= state.replicas:
-            state.retiring[r.from_tp] = (r.old_replicas, now_s + self.handover_s)
             state.serving_tp = r.to_tp
             events.append(self._end(pool, state, "completed", now_s))
         elif now_s - r.started_s >= self.timeout_s:
@@ -225,11 +218,8 @@ class ShadowRollouts:
         state.outcomes[outcome] += 1
         return RolloutEvent(pool.name, r.from_tp, r.to_tp, outcome, now_s - r.started_s)
 
-    def _targets(self, pool: ShadowPool, state: _PoolState, now_s: float) -> dict[str, int]:
+    def _targets(self, pool: ShadowPool, state: _PoolState) -> dict[str, int]:
         targets = dict.fromkeys(pool.deployments.values(), 0)
-        state.retiring = {tp: (n, until) for tp, (n, until) in state.retiring.items() if now_s < until}
-        for tp, (n, _) in state.retiring.items():
-            targets[pool.deployments[tp]] = n
         r = state.rollout
         targets[pool.deployments[state.serving_tp]] = r.old_replicas if r else state.replicas
         if r is not None:

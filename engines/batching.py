@@ -206,10 +206,12 @@ class ContinuousBatcher:
 
     def queue_wait_s(self, request: Request, now_s: float) -> float:
         """How long the oldest not-yet-started request `request` would queue behind has
-        waited: a lower bound on the new request's own wait."""
+        waited in this replica's queue: a lower bound on the new request's own wait. Time
+        spent before reaching the replica (a router queue while the pool scaled up from 0)
+        says nothing about this queue's speed."""
         behind = [s for s in self.waiting if s.generated == 0 and not (
             self.config.interactive_first and request.service_class != "batch" and self._is_batch(s))]
-        return max((now_s - s.request.arrival_s for s in behind), default=0.0)
+        return max((now_s - s.enqueued_s for s in behind), default=0.0)
 
     def resume(self, request: Request, prior: Sequence, now_s: float, kv_present: bool) -> Sequence:
         """Continue a sequence another replica started (Splitwise's prompt -> token hand-off).

@@ -1,5 +1,7 @@
 """DynamoLLM's pieces: profiles, MILP, re-shard plans, cluster sizing, epochs."""
 
+from dataclasses import replace
+
 import pytest
 
 from autoscaling.dynamollm.cluster_manager import PoolDemand, size_pools
@@ -155,9 +157,28 @@ def test_controllers_hold_between_epochs() -> None:
 def test_light_classes_spill_into_the_largest_pool() -> None:
     pools = {"pool-short": ["SS", "SM", "SL"], "pool-medium": ["MS", "MM", "ML"], "pool-long": ["LS", "LM", "LL"]}
     policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, warmup_s=0))
-    plan = policy.observe(_view({"SS": 0.2, "MM": 0.3, "LL": 0.5}, pools), 0.0)
+    rates = {"SS": 0.2, "MM": 0.3, "LL": 0.5}
+    plan = policy.observe(_view(rates, pools, replicas=8), 0.0)  # nothing to wait for
     assert plan.replicas["pool-short"] == 0 and plan.replicas["pool-long"] >= 1
     assert plan.routing_weights["SS"] == {"pool-long": 1.0}
+
+
+def test_the_first_plan_waits_for_its_new_replicas_like_any_other() -> None:
+    """Shadow instances from the start: while the plan's larger pool comes up, the small
+    pools keep their replicas and the classes their own pools."""
+    pools = {"pool-short": ["SS", "SM", "SL"], "pool-medium": ["MS", "MM", "ML"], "pool-long": ["LS", "LM", "LL"]}
+    policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, warmup_s=0, cluster_gpus=64))
+    rates = {"SS": 0.2, "MM": 0.3, "LL": 40.0}
+    held = policy.observe(_view(rates, pools), 0.0)
+    assert held.reason == "dynamollm: waiting for new replicas"
+    assert held.replicas["pool-short"] == 1 and held.routing_weights == {}
+    wanted = held.replicas["pool-long"]
+    assert wanted > 1
+    ready = _view(rates, pools)
+    ready.deployments["pool-long"] = replace(ready.deployments["pool-long"], current_replicas=wanted,
+                                             target_replicas=wanted)
+    moved = policy.observe(ready, 1.0)
+    assert moved.replicas["pool-short"] == 0 and moved.routing_weights["SS"] == {"pool-long": 1.0}
 
 
 @pytest.mark.parametrize(("cls", "tp", "clock"), [("MM", 8, 1980), ("LL", 4, 1200), ("SS", 2, 1600)])

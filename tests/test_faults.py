@@ -183,6 +183,17 @@ def test_requests_are_shed_before_the_queue_makes_them_late() -> None:
     batcher.add(_request("d", ttft_s=30.0), first.arrival_s + 3.0)  # a looser target still fits
 
 
+def test_time_spent_before_the_replica_does_not_count_as_its_queue() -> None:
+    """Requests that waited in Serve's router for a pool scaling up from 0 reach the new
+    replica together, late; its queue is fresh, so none is shed."""
+    batcher = _batcher(shed_wait_factor=4.0)
+    burst = [_request(str(i), ttft_s=0.25) for i in range(6)]
+    reached_s = burst[0].arrival_s + 4.5  # 18 x the TTFT target after arriving at the ingress
+    for request in burst:
+        batcher.add(request, reached_s)
+    assert len(batcher.waiting) == 6
+
+
 # ---- pure: the autoscaling adapter fails static -------------------------------------
 def _ctx(replicas: int, metrics: dict, now_s: float) -> AutoscalingContext:
     dep = DeploymentID(name="pool-a", app_name="wattwise")

@@ -20,7 +20,7 @@ MODEL = "llama2-70b-sim"
 def _shadow_config(config: dict[str, Any]) -> None:
     """One sim pool for every length class at TP2 that may run at TP4, by shadow deployment."""
     app = config["applications"][0]
-    app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 120, "shadow_handover_s": 3})
+    app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 120, "handover_s": 3})
     app["args"]["batch_api"] = {"enabled": False}
     app["args"]["pools"] = [{
         "name": "all", "classes": LengthClassConfig.names(),

@@ -33,7 +33,7 @@ PROMPT = "Return the number of items in the"
 def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
     def edit(config: dict[str, Any]) -> None:
         app = config["applications"][0]
-        app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 300, "shadow_handover_s": 3})
+        app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 300, "handover_s": 3})
         args = app["args"]
         args["model_name"] = MODEL
         args["batch_api"] = {"enabled": False}

@@ -222,7 +222,9 @@ class DynamoLLMPolicy:
         pool.clock_mhz = max(clock, step_up(self.profile, pool.clock_mhz)) if slow else clock
 
     def _handle_overload(self, name: str, pool: PoolState, dep: DeploymentView | None, gpus_free: int) -> int:
-        if dep is None or not dep.replica_stats or pool.spill_to is None and gpus_free < pool.tp:
+        # A pool the cluster manager emptied gets no traffic; what its draining replicas still
+        # hold (sent before the ingress saw the new routing) is not demand for a new instance.
+        if dep is None or not dep.replica_stats or pool.instances == 0 or pool.spill_to is None and gpus_free < pool.tp:
             return gpus_free
         queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
         # TTFT averages over every class in the pool: judge it by the lead class's target.
@@ -278,11 +280,13 @@ class DynamoLLMPolicy:
     def _shadowed(self, desired: ClusterPlan, view: ClusterView, now_s: float) -> ClusterPlan:
         """Shadow instances (§IV-C): pools keep serving under the old routing until the
         pools the new plan grows have their replicas ready."""
-        old = self._committed
-        growing = [p for p, n in desired.replicas.items() if old is None or n > old.replicas.get(p, 0)]
+        # The first plan changes what the cluster runs now: the pools' replicas, default routing.
+        old = self._committed or ClusterPlan(
+            replicas={p: view.deployments[p].target_replicas for p in desired.replicas if p in view.deployments})
+        growing = [p for p, n in desired.replicas.items() if n > old.replicas.get(p, 0)]
         ready = all(p in view.deployments and view.deployments[p].current_replicas >= desired.replicas[p]
                     for p in growing)
-        if old is None or ready:
+        if ready:
             self._committed, self._pending_since_s = desired, None
             return desired
         if self._pending_since_s is None:
