@@ -225,3 +225,17 @@ def test_reconfiguration_is_staggered_most_savings_first() -> None:
     assert states["pool-c"].tp == 2  # urgent: applied at once
     assert states["pool-b"].tp == 2  # the larger saving goes first
     assert states["pool-a"].tp == 8  # waits for the next epoch
+
+
+def test_a_pool_no_shape_can_serve_keeps_its_tp_and_runs_all_its_gpus() -> None:
+    """Far beyond what its GPUs carry within the SLO: re-sharding to TP8 would stall the
+    pool and carry fewer requests per GPU, so it keeps TP4 and fills its GPUs."""
+    from autoscaling.dynamollm.policy import PoolState
+
+    policy = DynamoLLMPolicy(DynamoLLMConfig(pools={"pool-ll": ["LL"]}))
+    pool = PoolState(["LL"], gpus=16, tp=4, instances=3, peak_demand=40.0)
+    policy.pools = {"pool-ll": pool}
+    assert policy._propose("pool-ll", pool) == (pool, 4, 4, None)
+    full = PoolState(["LL"], gpus=16, tp=4, instances=4, peak_demand=40.0)
+    policy.pools = {"pool-ll": full}
+    assert policy._propose("pool-ll", full) is None

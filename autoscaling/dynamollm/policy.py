@@ -178,8 +178,12 @@ class DynamoLLMPolicy:
         slo = self._pool_slo(name)
         choice = solve_pool(self.profile, cls, load, pool.gpus, slo, max_clock_only=True,
                             headroom=self.config.headroom)
-        if choice is None:  # nothing fits: all GPUs at TP8, the highest-performance shape
-            return pool, MAX_TP, max(pool.gpus // MAX_TP, 1), None
+        if choice is None:
+            # No shape meets the SLO at this load: run all the pool's GPUs at the TP it has.
+            # Re-sharding would stall the pool, and TP8 carries fewer requests per GPU.
+            tp = pool.tp if pool.instances > 0 else MAX_TP
+            instances = max(pool.gpus // tp, 1)
+            return None if (tp, instances) == (pool.tp, pool.instances) else (pool, tp, instances, None)
         # The pool runs all its GPUs (the cluster manager sized them); the pool manager
         # only picks how to shard them, as DynamoLLM's online simplification does.
         instances = pool.gpus // choice.tensor_parallel
