@@ -6,11 +6,12 @@ pool that changes TP this way has one Serve deployment per TP it may run at, and
 is a rollout: the new TP's deployment scales up to the planned replicas while the old one
 keeps serving at its count; once every new replica runs and reports stats, the pool's
 traffic switches to it and the old deployment goes to 0 (after the adapter's handover,
-autoscaling.handover, Serve drains it: in-flight requests finish). A shadow not up within `timeout_s` is abandoned (old keeps serving; the
-same TP is not retried for `retry_after_s`). throttLL'eM's shadow instances (seed 003
-§IV-D) work this way. The simulator does the same per replica (sim.engine's reconcile:
-old-TP replicas serve until new ones are ready; new ones cost DynamoLLM's re-shard time),
-so a policy's TP change has the same effect in both runtimes.
+autoscaling.handover; Serve then drains it: in-flight requests finish). A shadow not up
+within `timeout_s` is abandoned (old keeps serving; the same TP is not retried for
+`retry_after_s`). throttLL'eM's shadow instances (seed 003 §IV-D) work this way. The
+simulator does the same per replica (sim.engine's reconcile: old-TP replicas serve until
+new ones are ready; new ones cost DynamoLLM's re-shard time), so a policy's TP change has
+the same effect in both runtimes.
 
 Policies stay unaware of all this: they see one logical deployment per pool and plan it
 (replicas, TP); this module maps that plan onto the physical deployments. Pure: Serve's
