@@ -239,3 +239,21 @@ def test_a_pool_no_shape_can_serve_keeps_its_tp_and_runs_all_its_gpus() -> None:
     full = PoolState(["LL"], gpus=16, tp=4, instances=4, peak_demand=40.0)
     policy.pools = {"pool-ll": full}
     assert policy._propose("pool-ll", full) is None
+
+
+def test_requests_stranded_at_an_emptied_pool_get_an_instance_but_its_drain_does_not() -> None:
+    pools = {"pool-short": ["SS", "SM", "SL"], "pool-medium": ["MS", "MM", "ML"], "pool-long": ["LS", "LM", "LL"]}
+    policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, warmup_s=0, instance_epoch_s=1))
+    rates = {"SS": 0.2, "MM": 0.3, "LL": 0.5}
+    assert policy.observe(_view(rates, pools, replicas=8), 0.0).replicas["pool-short"] == 0
+    # Its last replica drains a deep queue the ingress sent before it saw the plan: no new instance.
+    draining = _view(rates, pools, replicas=8)
+    busy = ReplicaStats(queued_requests=50, ttft_ewma_s=30.0)
+    draining.deployments["pool-short"] = DeploymentView("pool-short", 1, 0, 0, 64, (busy,))
+    assert policy.observe(draining, 2.0).replicas["pool-short"] == 0
+    # Requests waiting at it with no replica left would wait forever: one instance serves them.
+    stranded = _view(rates, pools, replicas=8)
+    stranded.deployments["pool-short"] = DeploymentView("pool-short", 0, 0, 0, 64, (), queued_outside=3)
+    plan = policy.observe(stranded, 4.0)
+    assert plan.replicas["pool-short"] == 1
+    assert plan.routing_weights["SS"] == {"pool-long": 1.0}  # it gets no new traffic

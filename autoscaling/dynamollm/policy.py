@@ -226,9 +226,9 @@ class DynamoLLMPolicy:
         pool.clock_mhz = max(clock, step_up(self.profile, pool.clock_mhz)) if slow else clock
 
     def _handle_overload(self, name: str, pool: PoolState, dep: DeploymentView | None, gpus_free: int) -> int:
-        # A pool the cluster manager emptied gets no traffic; what its draining replicas still
-        # hold (sent before the ingress saw the new routing) is not demand for a new instance.
-        if dep is None or not dep.replica_stats or pool.instances == 0 or pool.spill_to is None and gpus_free < pool.tp:
+        if pool.instances == 0:
+            return self._serve_stranded(pool, dep, gpus_free)
+        if dep is None or not dep.replica_stats or pool.spill_to is None and gpus_free < pool.tp:
             return gpus_free
         queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
         # TTFT averages over every class in the pool: judge it by the lead class's target.
@@ -242,6 +242,16 @@ class DynamoLLMPolicy:
                 pool.instances += 1
                 pool.gpus = max(pool.gpus, pool.instances * pool.tp)
                 gpus_free -= pool.tp
+        return gpus_free
+
+    def _serve_stranded(self, pool: PoolState, dep: DeploymentView | None, gpus_free: int) -> int:
+        """A pool the cluster manager emptied gets no traffic, and what its draining replicas
+        still hold is not demand for a new instance. But requests waiting at it with no
+        replica left (a runtime that routed them before it saw the new routing) would wait
+        forever: they get one instance, until the next pool epoch (the pool holds no GPUs)."""
+        if dep is not None and dep.current_replicas == 0 and dep.queued_outside > 0 and gpus_free >= pool.tp:
+            pool.instances = 1
+            gpus_free -= pool.tp
         return gpus_free
 
     # ---- the policy ----------------------------------------------------------------
