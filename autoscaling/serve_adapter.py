@@ -108,7 +108,7 @@ class OperatorPins:
                 logger.exception("wattwise: reading operator TP pins failed")
             self._pending = None
         if self._pending is None and now_s - self._asked_s >= self.period_s:
-            self._pending = store.tensor_parallel_pins.remote().future()
+            self._pending = store.overrides_of.remote("tensor_parallel").future()
             self._asked_s = now_s
         return self.pins
 

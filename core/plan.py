@@ -21,6 +21,9 @@ class ClusterPlan:
     # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
     # deployments (autoscaling.shadow_rollout); set by the Serve runtime, not by policies.
     serving: dict[str, str] = field(default_factory=dict)
+    # Pools an operator drained (POST /admin/drain): the ingress routes them no new
+    # requests. Layered in by the plan store, so every ingress replica sees the same.
+    drained: dict[str, bool] = field(default_factory=dict)
     reason: str = ""
 
     def merge(self, other: ClusterPlan) -> ClusterPlan:
@@ -33,5 +36,6 @@ class ClusterPlan:
             batch_limit={**self.batch_limit, **other.batch_limit},
             routing_weights={**self.routing_weights, **other.routing_weights},
             serving={**self.serving, **other.serving},
+            drained={**self.drained, **other.drained},
             reason="; ".join(r for r in (self.reason, other.reason) if r),
         )

@@ -108,7 +108,7 @@ class AdminRoutes:
         except APIError as err:
             return error_response(err)
         view = await plan_store(self.app_name).admin_view.remote()
-        return {**view, "drained": sorted(self.drained)}
+        return {**view, "drained": sorted(view["overrides"].get("drained", {}))}
 
     @fastapi_app.get("/admin/profiles")
     async def admin_profiles(self, http: HTTPRequest) -> Any:
@@ -157,16 +157,20 @@ class AdminRoutes:
     @fastapi_app.post("/admin/drain", openapi_extra=openapi_body(DrainRequest))
     async def admin_drain(self, http: HTTPRequest) -> Any:
         """Stop (drain: true) or resume routing new requests to a pool; requests already
-        on it finish. Per ingress replica (the app runs one)."""
+        on it finish. Kept in the plan store: this ingress replica applies it at once,
+        the others when they next read the plan (within a second)."""
         try:
             key = self._admin(http, None)
             body = await self._parse(http, DrainRequest, check_model=False)
             name = self._pool_config(body.pool).deployment_name
+            store = plan_store(self.app_name)
+            version = await store.override.remote("drained", name, True if body.drain else None)
+            drained = await store.overrides_of.remote("drained")
         except APIError as err:
             return error_response(err)
-        (self.drained.add if body.drain else self.drained.discard)(name)
-        _audit(key, f"{'drained' if body.drain else 'resumed'} {name}")
-        return {"pool": name, "drained": body.drain, "all_drained": sorted(self.drained)}
+        self.drained = set(drained)
+        _audit(key, f"{'drained' if body.drain else 'resumed'} {name} (plan version {version})")
+        return {"pool": name, "drained": body.drain, "all_drained": sorted(drained), "plan_version": version}
 
     def _admin(self, http: HTTPRequest, reading: str | None) -> AdminKey:
         key = self.auth.admin(http.headers.get("authorization"))

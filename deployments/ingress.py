@@ -133,7 +133,7 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
         self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
         self.auth = Authenticator(self.config.api_keys, self.config.admin_keys, self.config.default_service_class)
-        self.drained: set[str] = set()  # pools taking no new requests (POST /admin/drain), per ingress replica
+        self.drained: set[str] = set()  # pools taking no new requests (POST /admin/drain, from the plan)
         self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in self.config.api_keys},
                                      self.config.rate_limit_burst_s)
         self.metrics = IngressMetrics()
@@ -150,6 +150,7 @@ class Ingress(AdminRoutes, BatchApiRoutes):
     def _apply_plan(self, plan: Any) -> None:
         self.router.set_weights(plan.routing_weights)
         self.serving = {pool: dep for pool, dep in plan.serving.items() if dep in self.pools}
+        self.drained = {pool for pool, on in plan.drained.items() if on and pool in self.pools}
 
     def _deployment(self, pool: str) -> str:
         """The deployment taking `pool`'s requests now (its own unless a shadow took over)."""

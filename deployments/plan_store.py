@@ -3,8 +3,10 @@
 Serve's autoscaling policy returns only replica counts; the rest of a plan (TP,
 clocks, batch limits, routing weights, which deployment serves each shadow-TP pool)
 goes to this named actor, which replicas and the ingress poll. A missing or stale plan
-leaves them serving as they were. Operators' TP pins are kept here too, but applied by
-the controller (a pool's TP may mean a shadow rollout, never a replica re-sharding).
+leaves them serving as they were. Operators' settings live here too, so every ingress
+and replica sees the same and they outlive restarts: clock pins and drained pools are
+layered over each plan; TP pins are applied by the controller (a pool's TP may mean a
+shadow rollout, never a replica re-sharding).
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ class PlanStore:
     def __init__(self) -> None:
         self.version = 0
         self.plan: dict[str, Any] | None = None
-        # An operator's settings (POST /admin/clocks, /admin/tensor_parallel): plan field ->
-        # {deployment: value}, layered over every published plan until cleared.
+        # An operator's settings (POST /admin/clocks, /admin/tensor_parallel, /admin/drain):
+        # plan field -> {deployment: value}, layered over every published plan until cleared.
         self.overrides: dict[str, dict[str, Any]] = {}
         # The controller's shadow TP rollouts per pool (autoscaling.shadow_rollout.report).
         self.rollouts: dict[str, Any] = {}
@@ -44,9 +46,9 @@ class PlanStore:
             self.rollouts = rollouts
         return self.version
 
-    def tensor_parallel_pins(self) -> dict[str, int]:
-        """The operators' TP pins, for the controller to apply to its plan."""
-        return dict(self.overrides.get("tensor_parallel", {}))
+    def overrides_of(self, field: str) -> dict[str, Any]:
+        """The operators' settings of one plan field: {deployment: value}."""
+        return dict(self.overrides.get(field, {}))
 
     def override(self, field: str, deployment: str, value: Any | None) -> int:
         """Pin `field` (e.g. clock_mhz) of one deployment; None removes the pin."""

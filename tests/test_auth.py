@@ -172,6 +172,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
         args["api_keys"] = [{"sha256": hash_key(TENANT_KEY), "tenant": "acme"}]
         args["api_keys_file"] = str(keys)
         args["batch_api"] = {"enabled": False}
+        # Two ingress replicas: operator settings must reach both, whichever one took the call.
+        config["applications"][0].setdefault("deployments", []).append({"name": "Ingress", "num_replicas": 2})
 
     with LocalServe(edit=edit) as local:
         yield local
@@ -283,10 +285,13 @@ def test_drained_pool_gets_no_new_requests(served: LocalServe) -> None:
     assert pool() == "pool-short"
     assert _post(served, "/admin/drain", {"pool": "short"}, key=TENANT_KEY).status_code == 403
     assert _post(served, "/admin/drain", {"pool": "short"}).json()["all_drained"] == ["pool-short"]
-    assert pool() == "pool-medium"  # the next larger pool takes short requests
+    time.sleep(2)  # the other ingress replica reads the plan store every second
+    # Every request, whichever ingress replica takes it: the next larger pool takes short requests.
+    assert [pool() for _ in range(12)] == ["pool-medium"] * 12
     assert _get(served, "/admin/plan", ADMIN_KEY).json()["drained"] == ["pool-short"]
     assert _post(served, "/admin/drain", {"pool": "pool-short", "drain": False}).json()["all_drained"] == []
-    assert pool() == "pool-short"
+    time.sleep(2)
+    assert [pool() for _ in range(12)] == ["pool-short"] * 12
 
 
 def _log_files() -> list[Path]:
