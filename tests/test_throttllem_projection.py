@@ -60,3 +60,43 @@ def test_virtual_insert_commit_and_rollback():
     assert board.ids == ["a", "b"] and board.lost.tolist() == [False, True]
     with pytest.raises(RuntimeError):
         board.rollback()
+
+
+def _projector_on_a_batch(ids: list[str]):
+    from autoscaling.throttllem.config import ThrottllemConfig
+    from autoscaling.throttllem.replica_policies import replica_policies
+
+    perf, config = default_perf_model(), BatcherConfig(tensor_parallel=8)
+    admission, _ = replica_policies(perf, config, ThrottllemConfig(correction_alpha=0.2))
+    batcher = ContinuousBatcher(perf, config)
+    for rid in ids:
+        batcher.add(Request(rid, 20, 500, 0.0, SLO_ANY), 0.0)
+    batcher.finish_step(batcher.plan_step(0.0))  # all running
+    return admission.projector, batcher
+
+
+def _predicted_step_s(projector) -> float:
+    step = projector.project()
+    at = projector.table.lookup(step.batch[:1].astype(np.float64), step.kv_blocks[:1].astype(np.float64))
+    return float(projector.table.iteration_s(len(projector.table.clocks_mhz) - 1, at)[0])  # max clock
+
+
+def test_online_correction_learns_how_much_slower_steps_run_than_m_predicts():
+    """Prefills M does not model make real steps slower: the correction follows the ratio
+    and shrinks the share of each target projections may use by as much."""
+    projector, batcher = _projector_on_a_batch([f"r{i}" for i in range(8)])
+    t = 0.0
+    projector.sync(batcher, t)
+    for _ in range(40):
+        t += 2.0 * _predicted_step_s(projector)
+        projector.sync(batcher, t)
+    assert projector.correction == pytest.approx(2.0, rel=0.02)
+    assert projector.headroom == pytest.approx(projector.config.slo_headroom / 2.0, rel=0.02)
+    # Time between steps that no request ran through is idle time: not learnt.
+    before = projector.correction
+    batcher.running = []  # the batch finished; the replica idles
+    projector.sync(batcher, t + 100.0)
+    _, other = _projector_on_a_batch(["other"])
+    batcher.running = other.running  # a new request starts after the gap
+    projector.sync(batcher, t + 200.0)
+    assert projector.correction == before

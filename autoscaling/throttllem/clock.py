@@ -36,7 +36,7 @@ class ThrottllemClock:
             return float(clocks[-1])
         projection = p.project()
         index = lowest_passing_clock(p.table, p.lookup(projection), projection, board.deadline_s, board.lost,
-                                     now_s, p.tbt_s, self.config.slo_headroom)
+                                     now_s, p.tbt_s, p.headroom)
         return float(clocks[index])
 
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:

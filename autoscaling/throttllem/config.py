@@ -19,6 +19,10 @@ class ThrottllemConfig(BaseModel):
     # Share of the TBT and E2E targets the projection may use: prefill steps of later
     # arrivals stretch real iterations beyond M's decode-only projection (bench/throttllem.py).
     slo_headroom: float = Field(default=0.8, gt=0, le=1)
+    # Online correction of M: projections are stretched by an EWMA (this weight per step)
+    # of each observed step's time over M's prediction for it, which takes in the prefills
+    # M does not model. 0 turns it off.
+    correction_alpha: float = Field(default=0.05, ge=0, le=1)
     # Clock lowering is rate-limited (each change stalls the GPU ~50-200 ms); raising is not.
     clock_lower_interval_s: float = Field(default=1.0, ge=0)
     # Re-run the clock search at least this often even without admissions (requests end).

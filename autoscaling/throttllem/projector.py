@@ -6,6 +6,10 @@ re-anchored at s_i = k - (tokens generated), so chunked prefill and preemptions 
 drift the projection. A request that outlived its (margin-stretched) prediction is
 re-projected to its max_tokens; one projected to miss its deadline even at max clock is
 marked lost, so the scheduler stops protecting a deadline it cannot meet.
+
+M predicts decode steps; real steps also carry the prefills of requests admitted into
+them. Each step's observed time over M's prediction for it (at the clock it ran at) feeds
+an EWMA, `correction`, that stretches every projection (online correction of M).
 """
 
 from __future__ import annotations
@@ -36,6 +40,13 @@ class ReplicaProjector:
         self._lost_ids: set[str] = set()
         # Set when the scoreboard gained an entry or a lost one: the clock must be re-searched.
         self.changed = False
+        # Observed / predicted step time (EWMA).
+        self.correction = 1.0
+
+    @property
+    def headroom(self) -> float:
+        """The share of each target projections may use, M's correction taken in."""
+        return self.config.slo_headroom / self.correction
 
     def projected_tokens(self, seq: Sequence) -> int:
         """Predicted output stretched by the error margin; max_tokens once outlived."""
@@ -54,6 +65,7 @@ class ReplicaProjector:
         """Re-read the running batch once per step (a step is known by its start time)."""
         if self._synced_s == now_s:
             return
+        self._learn(batcher, now_s)
         self._synced_s = now_s
         self.now_iter += 1
         self.table = self.table_for(batcher.tensor_parallel, batcher.batch_limit, batcher.kv_blocks_total)
@@ -77,6 +89,26 @@ class ReplicaProjector:
                 self.changed = True
         self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
 
+    def _learn(self, batcher: ContinuousBatcher, now_s: float) -> None:
+        """Fold the step that just ended into `correction`, predicted on the scoreboard as
+        it ran (the requests admitted into it included). Only a step followed at once by
+        the next (a request ran through both) is timed: otherwise the gap holds idle time.
+        The batcher applies a new clock after this sync, so its clock is the one the step ran at."""
+        board, alpha = self.scoreboard, self.config.correction_alpha
+        if alpha == 0 or self._synced_s is None or self.table is None or len(board) == 0:
+            return
+        ran = set(board.ids)
+        if not any(s.request_id in ran for s in batcher.running):
+            return
+        clocks = self.table.clocks_mhz
+        index = int(np.searchsorted(clocks, batcher.clock_mhz))
+        if index >= len(clocks) or clocks[index] != batcher.clock_mhz:
+            return
+        step = self.project()
+        at = self.table.lookup(step.batch[:1].astype(np.float64), step.kv_blocks[:1].astype(np.float64))
+        ratio = (now_s - self._synced_s) / float(self.table.iteration_s(index, at)[0])
+        self.correction += alpha * (min(max(ratio, 0.5), 4.0) - self.correction)
+
     def mark_lost(self, request_id: str) -> None:
         self._lost_ids.add(request_id)
 
@@ -89,7 +121,7 @@ class ReplicaProjector:
     def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
                  at: Lookup | None = None) -> Verdict:
         return check(self.table, clock_index, at or self.lookup(projection), projection, self.scoreboard.deadline_s,
-                     now_s, self.tbt_s if tbt_s is None else tbt_s, self.config.slo_headroom)
+                     now_s, self.tbt_s if tbt_s is None else tbt_s, self.headroom)
 
     def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
         return self.check_at(len(self.table.clocks_mhz) - 1, projection, now_s, tbt_s)
