@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from app.predictor_config import PredictorConfig
-from app.splitwise_config import SplitwiseServeConfig, phase_engine
+from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from energy.hardware import GPUS, MODELS
@@ -332,6 +332,7 @@ class AppConfig(BaseModel):
             raise ValueError(f"a phase split needs a prompt and a token pool; phases: {phases}")
         for i, pool in enumerate(self.pools):
             pool.engine = phase_engine(pool.engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
+        check_kv_compatible([p.engine for p in self.pools])
         return self._check_services()
 
     @property

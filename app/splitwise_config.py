@@ -33,6 +33,23 @@ class SplitwiseServeConfig(BaseModel):
 _KV_ROLES = {"prompt": {"kv_producer", "kv_both"}, "token": {"kv_consumer", "kv_both"}, "mixed": {"kv_both"}}
 
 
+def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> None:
+    """Phase pools hand KV to each other: one engine kind and one connector, and with
+    our block files (which hold each TP rank's share of a block) one TP and block size."""
+    vllm = [e for e in engines if isinstance(e, VllmEngineConfig)]
+    if not vllm:
+        return
+    if len(vllm) != len(engines):
+        raise ValueError("pools: phase pools must all run vLLM or all the sim engine (they hand KV to each other)")
+    connectors = {e.kv_transfer.connector for e in vllm}  # phase_engine saw that each has one
+    if len(connectors) > 1:
+        raise ValueError(f"pools: phase pools must use one KV connector, not {sorted(connectors)}")
+    shapes = {(e.model, e.tensor_parallel, e.block_size) for e in vllm}
+    if len(shapes) > 1 and vllm[0].kv_transfer.block_files:
+        raise ValueError("pools: with BlockFileKVConnector every phase pool needs the same model, tensor_parallel "
+                         f"and block_size; (model, TP, block size) are {sorted(shapes, key=str)}")
+
+
 def phase_engine(engine: SimEngineConfig | VllmEngineConfig, phase: str, scheduling: SplitwiseConfig,
                  where: str) -> SimEngineConfig | VllmEngineConfig:
     """A phase pool's engine: the sim engine gets its phase's batcher hooks (and a prompt

@@ -1,11 +1,12 @@
 """The replica side of Splitwise's prompt -> token hand-off (§IV-C) in Ray Serve.
 
 A prompt replica runs the prompt (and its first token), then hands the token replica a
-KvHandle. With the simulated engine the KV is a payload sized like the real cache
-(energy.kv_transfer bytes per token, scaled down) put into Ray's object store; the
-token replica fetches it with a timeout. With vLLM the KV travels through vLLM's own
-KV connector (engines.vllm_config.KvTransferConfig) and the token replica's engine
-loads it. A transfer that fails or times out is not fatal: the token replica
+KvHandle whose KV sits in Ray's object store; the token replica fetches it with a
+timeout. With the simulated engine the KV is a payload sized like the real cache
+(energy.kv_transfer bytes per token, scaled down). With vLLM and our connector it is the
+prompt's real KV blocks (engines.kv_block_files), which the token replica's engine loads
+instead of computing them; a connector of vLLM's own (ExampleConnector, NixlConnector)
+moves the KV itself. A transfer that fails or times out is not fatal: the token replica
 recomputes the prompt, as vLLM's connector does on a miss.
 """
 
@@ -54,13 +55,27 @@ def kv_payload_bytes(engine: Engine, prompt_tokens: int, scale: float) -> int:
     return max(math.ceil(model.bytes_per_link(prompt_tokens, config.tensor_parallel) * scale), 1)
 
 
+def _shipped(replica: str, payload: Any, nbytes: int, settings: SplitwiseServeConfig, **state: Any) -> KvHandle:
+    """The KV put into the object store, or dropped (failure injection) or missing (None)."""
+    if payload is None or random.random() < settings.transfer_failure_prob:
+        return KvHandle(replica, OBJECT_STORE, nbytes, lost=payload is not None, **state)
+    return KvHandle(replica, OBJECT_STORE, nbytes, ray.put(payload), **state)
+
+
+async def _vllm_prompt(engine: Any, request: Request, settings: SplitwiseServeConfig, replica: str) -> KvHandle:
+    if engine.blocks is None:  # a connector of vLLM's own stores the prompt's KV and moves it
+        await engine.prefill(request)
+        return KvHandle(replica, CONNECTOR)
+    blocks = await engine.export_prompt_kv(request, settings.kv_transfer_timeout_s)
+    return _shipped(replica, blocks, sum(map(len, blocks.values())) if blocks else 0, settings)
+
+
 async def run_prompt(engine: Engine, request: Request, settings: SplitwiseServeConfig, replica: str,
                      same_replica: bool) -> tuple[GenerationChunk | None, KvHandle]:
     """The prompt phase: the first token (None with vLLM, whose token replica streams every
-    token) and the KvHandle for the token replica."""
-    if not hasattr(engine, "resume"):  # vLLM: the KV connector stores the prompt's KV
-        await engine.prefill(request)
-        return None, KvHandle(replica, CONNECTOR)
+    token from the KV) and the KvHandle for the token replica."""
+    if not hasattr(engine, "resume"):
+        return None, await _vllm_prompt(engine, request, settings, replica)
     one = dataclasses.replace(request, max_tokens=1, target_output_tokens=1)
     final = None
     async for chunk in engine.generate(one):
@@ -78,9 +93,7 @@ async def run_prompt(engine: Engine, request: Request, settings: SplitwiseServeC
     if done or same_replica:
         return first, KvHandle(replica, LOCAL, **state)
     nbytes = kv_payload_bytes(engine, request.prompt_tokens, settings.kv_payload_scale)
-    if random.random() < settings.transfer_failure_prob:
-        return first, KvHandle(replica, OBJECT_STORE, nbytes, lost=True, **state)
-    return first, KvHandle(replica, OBJECT_STORE, nbytes, ray.put(bytes(nbytes)), **state)
+    return first, _shipped(replica, bytes(nbytes), nbytes, settings, **state)
 
 
 async def await_ref(ref: Any) -> Any:
@@ -88,29 +101,49 @@ async def await_ref(ref: Any) -> Any:
     return await ref
 
 
-async def fetch_kv(kv: KvHandle, timeout_s: float) -> bool:
-    """Wait for the KV payload; False if it is lost, failed or late (then recompute).
+async def fetch_kv(kv: KvHandle, timeout_s: float) -> Any | None:
+    """The KV payload; None if it is missing, lost, failed or late (then recompute).
     A dropped payload is noticed only at the timeout, as a lost transfer would be."""
-    if kv.lost or kv.ref is None:
+    if kv.lost:
         await asyncio.sleep(timeout_s)
-        return False
+    if kv.ref is None:
+        return None
     try:
-        payload = await asyncio.wait_for(await_ref(kv.ref), timeout_s)
+        return await asyncio.wait_for(await_ref(kv.ref), timeout_s)
     except (TimeoutError, RayError):
-        return False
-    return len(payload) == kv.nbytes
+        return None
+
+
+async def _vllm_tokens(engine: Any, request: Request, kv: KvHandle, timeout_s: float,
+                       outcome: list[str]) -> AsyncIterator[GenerationChunk]:
+    if kv.via == CONNECTOR:  # vLLM's own connector loads the KV (or recomputes on a miss)
+        outcome.append(CONNECTOR)
+        async for chunk in engine.generate(request):
+            yield chunk
+        return
+    blocks = await fetch_kv(kv, timeout_s)
+    keys = engine.import_kv(blocks) if blocks else []
+    outcome.append(OBJECT_STORE if keys else RECOMPUTED)
+    try:
+        async for chunk in engine.generate(request):
+            yield chunk
+    finally:
+        engine.release_kv(keys)
 
 
 async def run_tokens(engine: Engine, request: Request, kv: KvHandle, replica: str, timeout_s: float,
                      outcome: list[str]) -> AsyncIterator[GenerationChunk]:
     """The token phase on `replica` from the prompt replica's KV; `outcome` gets how the
     KV arrived (LOCAL KV on another replica, if routing fell back, is not there: recompute)."""
-    if not hasattr(engine, "resume"):  # vLLM: its connector loads the KV (or recomputes on a miss)
-        outcome.append(CONNECTOR)
-        async for chunk in engine.generate(request):
+    if not hasattr(engine, "resume"):
+        async for chunk in _vllm_tokens(engine, request, kv, timeout_s, outcome):
             yield chunk
         return
-    present = (kv.source_replica == replica) if kv.via == LOCAL else await fetch_kv(kv, timeout_s)
+    if kv.via == LOCAL:
+        present = kv.source_replica == replica
+    else:
+        payload = await fetch_kv(kv, timeout_s)
+        present = payload is not None and len(payload) == kv.nbytes
     outcome.append(kv.via if present else RECOMPUTED)
     prior = Sequence(request=request, enqueued_s=request.arrival_s, generated=kv.generated,
                      first_token_s=kv.first_token_s, last_token_s=kv.last_token_s, energy_j=kv.energy_j,

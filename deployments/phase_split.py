@@ -94,6 +94,7 @@ class PhaseSplit:
             report["prompt_replica"] = pre.get("replica", prompt["replica"])
             first, kv = pre["chunk"], pre["kv"]
             del pre
+            report["kv_bytes"] = kv.nbytes if kv is not None else 0
             if first is not None:
                 if first["finish_reason"] is not None or is_refusal(first):
                     first["splitwise"] = report

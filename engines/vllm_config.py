@@ -9,35 +9,35 @@ from __future__ import annotations
 import os
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class KvTransferConfig(BaseModel):
     """Which vLLM KV connector the replica runs, and its side of the KV hand-off.
 
-    Prompt/token splitting (Splitwise) uses vLLM's built-in ExampleConnector: the prompt
-    replica writes each prompt's KV blocks (safetensors, keyed by a hash of the prompt
-    tokens) under `storage_path`, the token replica loads them instead of recomputing; a
-    missing entry is a cache miss and the prompt is recomputed. Across nodes the path
-    must be a shared filesystem.
-
-    A mixed replica (Chiron, `interactive_first`) keeps the KV of the batch requests it
-    preempts with `connector: KeepPreemptedKVConnector`, role kv_both
-    (engines/vllm_kept_kv.py): on preemption every full KV block of the request, prompt
-    and generated tokens, is written under `storage_path`; its resumption loads them and
-    computes only the tail. That is the default for mixed pools (see
-    VllmEngineConfig.keep_preempted_kv), so it needs no entry here unless the path or
-    `extra_config` (e.g. `max_stored_blocks`, default 4096) should change. vLLM's
-    SimpleCPUOffloadConnector / OffloadingConnector would keep it in host memory, but
-    vLLM 0.32 runs them on CUDA/XPU only. `extra_config` goes to vLLM's
-    kv_connector_extra_config as is; connectors vLLM does not ship are imported from
-    `module_path` (known for ours)."""
+    The default, our BlockFileKVConnector (engines/vllm_block_connector.py), keeps KV
+    blocks as files in a directory on the replica's node (`storage_path`, default a fresh
+    temporary directory the engine removes at shutdown):
+    - prompt/token splitting (Splitwise, roles kv_producer / kv_consumer): the prompt
+      replica's engine writes the prompt's blocks, the replica ships them to the token
+      replica through Ray's object store (any node), whose engine loads them instead of
+      recomputing; blocks that do not arrive within the app's `kv_transfer_timeout_s`
+      are recomputed. Prompt and token pools must then share TP and block size.
+    - a mixed replica (Chiron, `interactive_first`, role kv_both) keeps the KV of the batch
+      requests it preempts, prompt and generated tokens, and their resumption loads it.
+      That is the default for mixed pools (VllmEngineConfig.keep_preempted_kv), so it
+      needs no entry here unless the path or `extra_config` should change.
+    `extra_config` (e.g. `max_stored_blocks`, default 4096) goes to vLLM's
+    kv_connector_extra_config as is. Any connector vLLM ships can be named instead, and
+    then moves the KV itself: ExampleConnector (files under `storage_path`, which must
+    be a shared filesystem across nodes) or, on GPUs, NixlConnector (RDMA/NVLink).
+    Connectors vLLM does not ship are imported from `module_path` (known for ours)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     role: Literal["kv_producer", "kv_consumer", "kv_both"]
-    storage_path: str
-    connector: str = "ExampleConnector"
+    connector: str = "BlockFileKVConnector"
+    storage_path: str | None = None
     module_path: str | None = None
     extra_config: dict[str, Any] = Field(default_factory=dict)
 
@@ -45,10 +45,21 @@ class KvTransferConfig(BaseModel):
     def connector_module_path(self) -> str | None:
         return self.module_path or OUR_CONNECTORS.get(self.connector)
 
+    @property
+    def block_files(self) -> bool:
+        """Ours: the replica moves the KV (files on its node <-> Ray's object store)."""
+        return self.connector == BLOCK_FILE_CONNECTOR
+
+    @model_validator(mode="after")
+    def _needs_shared_path(self) -> KvTransferConfig:
+        if self.connector == "ExampleConnector" and self.storage_path is None:
+            raise ValueError("kv_transfer.storage_path: ExampleConnector needs a directory (shared across nodes)")
+        return self
+
 
 # Connectors of this project, by the name a config gives them -> the module vLLM imports.
-KEEP_PREEMPTED_KV = "KeepPreemptedKVConnector"
-OUR_CONNECTORS = {KEEP_PREEMPTED_KV: "engines.vllm_kept_kv"}
+BLOCK_FILE_CONNECTOR = "BlockFileKVConnector"
+OUR_CONNECTORS = {BLOCK_FILE_CONNECTOR: "engines.vllm_block_connector"}
 
 
 class VllmEngineConfig(BaseModel):
@@ -81,9 +92,9 @@ class VllmEngineConfig(BaseModel):
     # the newest running batch request when the batch is full; it resumes later from
     # its prompt plus the tokens it generated (app/builder.py sets it for mixed pools).
     interactive_first: bool = False
-    # With interactive_first, no kv_transfer and tensor_parallel 1: a preempted request's
-    # KV is kept (KeepPreemptedKVConnector, files in a temporary directory the engine
-    # owns) and loaded on resume; False (or TP > 1: one writer per block file) recomputes it.
+    # With interactive_first and no kv_transfer: a preempted request's KV is kept
+    # (BlockFileKVConnector, files in a temporary directory the engine owns) and loaded
+    # on resume; False recomputes it.
     keep_preempted_kv: bool = True
 
     @field_validator("model", "tokenizer")
@@ -99,10 +110,11 @@ class VllmEngineConfig(BaseModel):
         return "ray" if self.tensor_parallel > 1 else "uni"
 
     @property
-    def keeps_kv_in_temp_dir(self) -> bool:
-        """The mixed-pool default: KeepPreemptedKVConnector in a directory of the engine's own."""
-        return (self.interactive_first and self.keep_preempted_kv and self.kv_transfer is None
-                and self.tensor_parallel == 1)
+    def effective_kv_transfer(self) -> KvTransferConfig | None:
+        """The pool's connector; for a mixed pool without one, ours keeping preempted KV."""
+        if self.kv_transfer is None and self.interactive_first and self.keep_preempted_kv:
+            return KvTransferConfig(role="kv_both")
+        return self.kv_transfer
 
     @property
     def tokenizer_path(self) -> str:

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import glob
 import logging
 import os
-import shutil
-import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -27,9 +26,10 @@ from core.request import Request
 from core.stats import ReplicaStats
 from engines.admission_gate import AdmissionGate
 from engines.child_reaper import new_children, watch_children
+from engines.kv_block_files import BlockFiles, block_keys
 from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChangeUnsupported
 from engines.token_energy import TokenEnergyMeter
-from engines.vllm_config import KEEP_PREEMPTED_KV, KvTransferConfig, VllmEngineConfig
+from engines.vllm_config import KvTransferConfig, VllmEngineConfig
 from engines.vllm_resume import Continuation
 from engines.vllm_stats import VllmStatsTracker
 
@@ -75,15 +75,6 @@ def cpu_threads_bind(tensor_parallel: int, cpus: list[int]) -> str:
     return "|".join(",".join(map(str, cpus[rank * share:(rank + 1) * share])) for rank in range(tensor_parallel))
 
 
-def kv_transfer_for(config: VllmEngineConfig) -> KvTransferConfig | None:
-    """The pool's KV connector; a mixed pool without one keeps preempted requests' KV
-    in a fresh temporary directory (the engine removes it at shutdown)."""
-    if not config.keeps_kv_in_temp_dir:
-        return config.kv_transfer
-    return KvTransferConfig(role="kv_both", connector=KEEP_PREEMPTED_KV,
-                            storage_path=tempfile.mkdtemp(prefix="wattwise-kv-"))
-
-
 def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) -> Any:
     from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -98,7 +89,8 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
         kv_transfer_config=None if kv is None else KVTransferConfig(
             kv_connector=kv.connector, kv_role=kv.role, kv_load_failure_policy="recompute",
             kv_connector_module_path=kv.connector_module_path,
-            kv_connector_extra_config={"shared_storage_path": kv.storage_path, **kv.extra_config},
+            kv_connector_extra_config={**({"shared_storage_path": kv.storage_path} if kv.storage_path else {}),
+                                       **kv.extra_config},
         ),
     )
 
@@ -116,7 +108,10 @@ class VllmEngine:
 
         self.config = config
         self.tracker = VllmStatsTracker()
-        self.kv_transfer = kv_transfer_for(config)
+        kv = config.effective_kv_transfer
+        # Our connector's files: a directory of the engine's own unless one is configured.
+        self.blocks = BlockFiles(kv.storage_path, config.tensor_parallel) if kv and kv.block_files else None
+        self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if self.blocks else kv
         vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
         if config.executor_backend == "ray":
             import ray
@@ -205,12 +200,16 @@ class VllmEngine:
         On a mixed replica (interactive_first) interactive requests wait ahead of batch
         ones and, when they must wait, preempt the newest admitted batch request, which
         waits first among batch requests and then continues where it stopped."""
+        urgent = self.config.interactive_first and request.service_class != "batch"
+        run = Continuation(request, keep_kv_on_abort=self.config.interactive_first and not urgent)
+        async for chunk in self._generate(run, urgent):
+            yield chunk
+
+    async def _generate(self, run: Continuation, urgent: bool) -> AsyncIterator[GenerationChunk]:
+        request = run.request
         rid = request.request_id
         self._arrivals.add(time.time(), request.length_class)
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
-        mixed = self.config.interactive_first
-        urgent = mixed and request.service_class != "batch"
-        run = Continuation(request, keep_kv_on_abort=mixed and not urgent)
         mark = self.energy.mark()
         try:
             while True:
@@ -290,13 +289,52 @@ class VllmEngine:
                 await self.llm.abort(vllm_id)
 
     async def prefill(self, request: Request) -> int:
-        """Prompt phase only (Splitwise prompt replica): compute the prompt's KV so the
-        KV connector hands it to a token replica; returns the prompt's token count."""
-        one_token = Request(**{**request.__dict__, "max_tokens": 1, "request_id": f"{request.request_id}-prefill"})
-        async for chunk in self.generate(one_token):
-            if chunk.usage is not None:
-                return chunk.usage.prompt_tokens
-        raise RuntimeError(f"prefill of {request.request_id} ended without a final chunk")
+        """Prompt phase only (Splitwise prompt replica) with a connector that moves the KV
+        itself (ExampleConnector, NixlConnector); returns the prompt's token count."""
+        run = Continuation(_first_token_only(request))
+        await self._last_chunk(run)
+        return len(run.prompt_ids or ())
+
+    async def export_prompt_kv(self, request: Request, timeout_s: float) -> dict[str, bytes] | None:
+        """Prompt phase with our connector: compute the prompt and return its KV blocks'
+        files for a token replica (engines.kv_block_files), or None if the engine had not
+        written them within `timeout_s`. Its files are held from before the request
+        (another request of this replica sharing the prefix may release them) and
+        removed here once read: they travel on in Ray's object store."""
+        assert self.blocks is not None, "export_prompt_kv needs BlockFileKVConnector"
+        held = self.blocks.hold(self._block_keys(self.tokenizer.encode(request.prompt_text)))
+        try:
+            run = Continuation(_first_token_only(request), export_kv=True)
+            await self._last_chunk(run)
+            keys = self._block_keys(run.prompt_ids or [])
+            if keys != held:  # vLLM tokenised differently: hold what it stored
+                held += self.blocks.hold(keys)
+            if not await self.blocks.wait_for(keys, timeout_s):
+                return None
+            return self.blocks.read(keys)
+        finally:
+            self.blocks.release(held)
+
+    def import_kv(self, blocks: dict[str, bytes]) -> list[str]:
+        """Store blocks exported by another replica; the next request whose prompt starts
+        with their tokens loads them. Returns their keys: release_kv() them after it."""
+        assert self.blocks is not None, "import_kv needs BlockFileKVConnector"
+        return self.blocks.write(blocks)
+
+    def release_kv(self, keys: list[str]) -> None:
+        if self.blocks is not None:
+            self.blocks.release(keys)
+
+    def _block_keys(self, token_ids: list[int]) -> list[str]:
+        return block_keys(token_ids, self.llm.vllm_config.cache_config.block_size, len(token_ids))
+
+    async def _last_chunk(self, run: Continuation) -> GenerationChunk:
+        final = None
+        async for chunk in self._generate(run, urgent=False):
+            final = chunk
+        if final is None or final.usage is None:
+            raise RuntimeError(f"{run.request.request_id} ended without a final chunk")
+        return final
 
     def unfinished_in_vllm(self) -> int:
         """Requests vLLM itself still tracks (its output processor): 0 once all are freed."""
@@ -307,5 +345,10 @@ class VllmEngine:
         if self._reaper is not None:
             self._reaper.terminate()
             self._reaper.wait()
-        if self.config.keeps_kv_in_temp_dir and self.kv_transfer is not None:
-            shutil.rmtree(self.kv_transfer.storage_path, ignore_errors=True)
+        if self.blocks is not None:
+            self.blocks.close()
+
+
+def _first_token_only(request: Request) -> Request:
+    """The prompt phase of a split request: its prompt and one token, under an id of its own."""
+    return dataclasses.replace(request, max_tokens=1, request_id=f"{request.request_id}-prefill")

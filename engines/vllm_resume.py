@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.request import Request
-from engines.vllm_kept_kv import KEEP_KV_ON_ABORT
+from engines.vllm_block_connector import EXPORT_KV, KEEP_KV_ON_ABORT
 from engines.vllm_sampling import sampling_params
 
 
@@ -26,6 +26,7 @@ from engines.vllm_sampling import sampling_params
 class Continuation:
     request: Request
     keep_kv_on_abort: bool = False  # preemptible: ask the KV connector to keep its KV
+    export_kv: bool = False  # a Splitwise prompt phase: the KV connector stores its KV
     prompt_ids: list[int] | None = None  # as vLLM tokenised the prompt text
     generated_ids: list[int] = field(default_factory=list)
     first_s: float | None = None
@@ -55,8 +56,9 @@ class Continuation:
     def sampling(self) -> Any:
         """vLLM SamplingParams of this segment: the request's, for the tokens left."""
         params = sampling_params(replace(self.request, max_tokens=self.remaining))
-        if self.keep_kv_on_abort:
-            params.extra_args = {**(params.extra_args or {}), KEEP_KV_ON_ABORT: True}
+        flags = {KEEP_KV_ON_ABORT: self.keep_kv_on_abort, EXPORT_KV: self.export_kv}
+        if any(flags.values()):
+            params.extra_args = {**(params.extra_args or {}), **{k: True for k, on in flags.items() if on}}
         return params
 
     def add(self, output: Any, now_s: float) -> int:

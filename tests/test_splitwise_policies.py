@@ -146,6 +146,38 @@ def test_a_phase_split_config_needs_prompt_and_token_pools_and_sets_their_engine
         AppConfig.model_validate({"pools": _phase_pools("prompt", "token", **vllm)})
 
 
+def test_vllm_phase_pools_must_be_able_to_hand_each_other_kv():
+    import pytest
+    from pydantic import ValidationError
+
+    from app.config import AppConfig
+
+    def pools(prompt: dict, token: dict) -> list[dict]:
+        base = {"kind": "vllm", "model": "/m"}
+        return [{"name": "p", "phase": "prompt", "classes": ["SS"], "engine": {**base, **prompt}},
+                {"name": "t", "phase": "token", "classes": ["SS"], "engine": {**base, **token}}]
+
+    ours = AppConfig.model_validate({"pools": pools({"kv_transfer": {"role": "kv_producer"}},
+                                                    {"kv_transfer": {"role": "kv_consumer"}})})
+    assert all(p.engine.kv_transfer.block_files and p.engine.kv_transfer.storage_path is None for p in ours.pools)
+    with pytest.raises(ValidationError, match="same model, tensor_parallel"):
+        AppConfig.model_validate({"pools": pools({"kv_transfer": {"role": "kv_producer"}, "tensor_parallel": 2},
+                                                 {"kv_transfer": {"role": "kv_consumer"}})})
+    example = {"connector": "ExampleConnector", "storage_path": "/shared/kv"}
+    with pytest.raises(ValidationError, match="one KV connector"):
+        AppConfig.model_validate({"pools": pools({"kv_transfer": {"role": "kv_producer"}},
+                                                 {"kv_transfer": {"role": "kv_consumer", **example}})})
+    AppConfig.model_validate({"pools": pools({"kv_transfer": {"role": "kv_producer", **example}, "tensor_parallel": 2},
+                                             {"kv_transfer": {"role": "kv_consumer", **example}})})
+    with pytest.raises(ValidationError, match="ExampleConnector needs a directory"):
+        no_path = {"role": "kv_producer", "connector": "ExampleConnector"}
+        AppConfig.model_validate({"pools": pools({"kv_transfer": no_path}, {"kv_transfer": {"role": "kv_consumer"}})})
+    sim_token = [pools({"kv_transfer": {"role": "kv_producer"}}, {})[0],
+                 {"name": "t", "phase": "token", "classes": ["SS"], "engine": {"model": "llama2-70b"}}]
+    with pytest.raises(ValidationError, match="all run vLLM or all the sim engine"):
+        AppConfig.model_validate({"pools": sim_token})
+
+
 def test_the_assigned_replica_is_ranked_first_and_a_gone_one_falls_back():
     from types import SimpleNamespace
 

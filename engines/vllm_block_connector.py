@@ -1,34 +1,35 @@
-"""A vLLM KV connector that keeps the KV of preempted requests so their resumption loads it.
+"""A vLLM KV connector that stores requests' KV blocks as files and loads any it finds.
 
-Chiron's mixed replicas preempt a running batch request for an arriving interactive one
-(engines/vllm_engine.py aborts it in vLLM) and later resume it as a new vLLM request
-whose prompt is the original prompt plus the tokens generated so far. vLLM's offload
-connectors would keep that KV on the host, but both are CUDA/XPU-only in 0.32
-(SimpleCPUOffloadConnector calls torch.cuda.Stream.priority_range();
-OffloadingConnector's CPUOffloadingSpec.get_worker raises "CPU Offloading is currently
-only supported on CUDA-alike and XPU GPUs"), and ExampleConnector stores only a new
-request's prompt, under a hash of that exact prompt, which a longer continuation
-prompt never matches. So this connector, on the same vLLM hooks:
+Two of our features need KV outside the engine that computed it, and vLLM 0.32 ships no
+connector for either on the CPU:
+- Splitwise: a prompt replica's KV must reach a token replica, possibly on another node.
+  ExampleConnector writes to a shared path (a shared filesystem across nodes) and looks a
+  prompt of k x block_size + 1 tokens up under another key than it stored it (always a
+  miss); NixlConnector needs GPUs and RDMA/NVLink.
+- Chiron: a mixed replica preempts a batch request (engines/vllm_engine.py aborts it) and
+  later resumes it as a new request whose prompt is the old prompt plus the tokens made
+  so far. vLLM's host offload connectors would keep that KV but are CUDA/XPU-only
+  (SimpleCPUOffloadConnector calls torch.cuda.Stream.priority_range(); OffloadingConnector's
+  CPU spec raises "only supported on CUDA-alike and XPU GPUs").
 
-- stores, when a request flagged `KEEP_KV_ON_ABORT` is aborted, every full block of
-  its computed KV (prompt AND generated tokens) as one file per block, named by a hash
-  of the whole token prefix up to the block's end (content-addressed: any request whose
-  tokens start the same finds it); vLLM holds the blocks until the worker has written
-  them (request_finished -> True, then get_finished reports the request);
-- loads, for a new request, the longest run of stored blocks its prompt starts with,
-  so vLLM computes only the rest; a file gone between lookup and load is reported as
-  a load error and vLLM recomputes those blocks (kv_load_failure_policy="recompute").
-
-Files live under `shared_storage_path` (extra config), at most `max_stored_blocks`
-(oldest evicted). One worker per engine (tensor_parallel 1) and models with one KV
-cache group (no hybrid/MLA layouts), as on the CPU backend.
+So this connector keeps one content-addressed store of blocks (engines/kv_block_files.py:
+a file per block and TP rank, named by a hash of the token prefix up to the block's end):
+- it stores every full computed block (prompt AND generated tokens) of a request that
+  opts in through SamplingParams.extra_args: KEEP_KV_ON_ABORT when the request is aborted
+  (preempted), EXPORT_KV when it finishes for any reason (a Splitwise prompt phase);
+  vLLM keeps the blocks until the worker has written them (request_finished -> True, then
+  get_finished reports the request);
+- it loads, for a new request, the longest run of stored blocks its prompt starts with,
+  so vLLM computes only the rest; a file gone between lookup and load is reported as a
+  load error and vLLM recomputes those blocks (kv_load_failure_policy="recompute").
+The replica moves files between nodes through Ray's object store (deployments/kv_handoff.py).
+Files live under `shared_storage_path` (extra config), at most `max_stored_blocks` blocks
+(oldest evicted). Models with one KV cache group (no hybrid/MLA layouts).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
-from array import array
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +42,8 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.v1.request import RequestStatus
 
+from engines.kv_block_files import block_axis, block_file, block_keys, evict_oldest
+
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
     from vllm.forward_context import ForwardContext
@@ -49,31 +52,34 @@ if TYPE_CHECKING:
     from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.request import Request
 
-# SamplingParams.extra_args key: keep this request's KV when it is aborted (preempted).
-KEEP_KV_ON_ABORT = "wattwise_keep_kv_on_abort"
+# SamplingParams.extra_args keys a request opts in with.
+KEEP_KV_ON_ABORT = "wattwise_keep_kv_on_abort"  # store its KV if aborted (Chiron preemption)
+EXPORT_KV = "wattwise_export_kv"  # store its KV when it finishes (Splitwise prompt phase)
 DEFAULT_MAX_STORED_BLOCKS = 4096
 
 
-def block_keys(token_ids: list[int], block_size: int, num_tokens: int) -> list[str]:
-    """Key of each full block of token_ids[:num_tokens]: a hash of the prefix up to its end."""
-    digest, keys = hashlib.sha256(), []
-    for end in range(block_size, num_tokens + 1, block_size):
-        digest.update(array("q", token_ids[end - block_size:end]).tobytes())
-        keys.append(digest.copy().hexdigest()[:40])
-    return keys
-
-
 @dataclass
-class KeptKVMetadata(KVConnectorMetadata):
+class BlockFileMetadata(KVConnectorMetadata):
     loads: list[tuple[str, int]] = field(default_factory=list)  # (block key, block id)
     stores: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # request id -> blocks
 
 
-class KeepPreemptedKVConnector(KVConnectorBase_V1):
+def _store_trigger(request: Request) -> str | None:
+    """EXPORT_KV, KEEP_KV_ON_ABORT (if it was aborted) or None: whether to store its KV."""
+    extra = (request.sampling_params.extra_args if request.sampling_params else None) or {}
+    if extra.get(EXPORT_KV):
+        return EXPORT_KV
+    if extra.get(KEEP_KV_ON_ABORT) and request.status == RequestStatus.FINISHED_ABORTED:
+        return KEEP_KV_ON_ABORT
+    return None
+
+
+class BlockFileKVConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
                  kv_cache_config: KVCacheConfig | None = None) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self._block_size = vllm_config.cache_config.block_size
+        self._ranks = vllm_config.parallel_config.tensor_parallel_size
         extra = self._kv_transfer_config
         self._dir = str(extra.get_from_extra_config("shared_storage_path", "/tmp/wattwise-kv"))
         self._max_blocks = int(extra.get_from_extra_config("max_stored_blocks", DEFAULT_MAX_STORED_BLOCKS))
@@ -91,15 +97,15 @@ class KeepPreemptedKVConnector(KVConnectorBase_V1):
     def requires_kv_delivery(self) -> bool:
         return False  # a cache: a lost block is recomputed
 
-    def _path(self, key: str) -> str:
-        return os.path.join(self._dir, f"{key}.safetensors")
+    def _stored_everywhere(self, key: str) -> bool:
+        return all(os.path.exists(block_file(self._dir, key, rank)) for rank in range(self._ranks))
 
     # ---- scheduler side -----------------------------------------------------------
     def get_num_new_matched_tokens(self, request: Request, num_computed_tokens: int) -> tuple[int, bool]:
         # Leave the prompt's last token to compute: it yields the next token's logits.
         keys = block_keys(list(request.prompt_token_ids or ()), self._block_size, request.num_prompt_tokens - 1)
         hits = 0
-        while hits < len(keys) and os.path.exists(self._path(keys[hits])):
+        while hits < len(keys) and self._stored_everywhere(keys[hits]):
             hits += 1
         # Blocks already computed locally (vLLM's prefix cache) are not loaded again.
         local = -(-num_computed_tokens // self._block_size)
@@ -112,7 +118,7 @@ class KeepPreemptedKVConnector(KVConnectorBase_V1):
             self._loads[request.request_id] = hit
 
     def build_connector_meta(self, scheduler_output: SchedulerOutput) -> KVConnectorMetadata:
-        meta = KeptKVMetadata(stores=self._stores)
+        meta = BlockFileMetadata(stores=self._stores)
         self._stores = {}
         scheduled = [(r.req_id, r.block_ids[0]) for r in scheduler_output.scheduled_new_reqs]
         cached = scheduler_output.scheduled_cached_reqs
@@ -127,12 +133,15 @@ class KeepPreemptedKVConnector(KVConnectorBase_V1):
         return meta
 
     def request_finished(self, request: Request, block_ids: list[int]) -> tuple[bool, dict[str, Any] | None]:
-        extra = request.sampling_params.extra_args if request.sampling_params else None
-        if request.status != RequestStatus.FINISHED_ABORTED or not (extra or {}).get(KEEP_KV_ON_ABORT):
+        trigger = _store_trigger(request)
+        if trigger is None:
             return False, None
         processed = request.num_computed_tokens - request.num_in_flight_tokens
         keys = block_keys(list(request.all_token_ids), self._block_size, min(processed, len(request.all_token_ids)))
-        blocks = [(key, block_ids[i]) for i, key in enumerate(keys) if not os.path.exists(self._path(key))]
+        # An export is always written afresh: the replica may be about to remove an
+        # existing copy that another request of its own was using.
+        blocks = [(key, block_ids[i]) for i, key in enumerate(keys)
+                  if trigger == EXPORT_KV or not self._stored_everywhere(key)]
         if not blocks:
             return False, None
         self._stores[request.request_id] = blocks
@@ -140,49 +149,52 @@ class KeepPreemptedKVConnector(KVConnectorBase_V1):
 
     # ---- worker side --------------------------------------------------------------
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+
         meta = self._get_connector_metadata()
-        assert isinstance(meta, KeptKVMetadata)
+        assert isinstance(meta, BlockFileMetadata)
+        if not meta.stores and not meta.loads:
+            return
+        rank = get_tensor_model_parallel_rank()
         caches = self._kv_caches(forward_context)
         for rid, blocks in meta.stores.items():
             for key, block in blocks:
-                tmp = f"{self._path(key)}.{os.getpid()}.tmp"
-                safetensors.torch.save_file({name: kv[block].contiguous() for name, kv in caches.items()}, tmp)
-                os.replace(tmp, self._path(key))  # readers never see a partial file
+                path = block_file(self._dir, key, rank)
+                tmp = f"{path}.{os.getpid()}.tmp"
+                safetensors.torch.save_file({name: kv.select(axis, block).contiguous().cpu()
+                                             for name, (kv, axis) in caches.items()}, tmp)
+                os.replace(tmp, path)  # readers never see a partial file
             self._stored.add(rid)
         if meta.stores:
-            self._evict()
+            evict_oldest(self._dir, self._max_blocks * self._ranks)
         for key, block in meta.loads:
             try:
-                tensors = safetensors.torch.load_file(self._path(key))
+                tensors = safetensors.torch.load_file(block_file(self._dir, key, rank))
             except FileNotFoundError:
                 self._load_errors.add(block)
                 continue
-            for name, kv in caches.items():
-                kv[block].copy_(tensors[name])
+            targets = {name: kv.select(axis, block) for name, (kv, axis) in caches.items()}
+            if any(name not in tensors or tensors[name].shape != t.shape for name, t in targets.items()):
+                self._load_errors.add(block)  # another model, TP or block size: recompute
+                continue
+            for name, target in targets.items():
+                target.copy_(tensors[name])
 
-    def _kv_caches(self, forward_context: ForwardContext) -> dict[str, torch.Tensor]:
-        """Each attention layer's paged KV: a [blocks, heads, block_size, C] view (vLLM 0.32)."""
+    def _kv_caches(self, forward_context: ForwardContext) -> dict[str, tuple[torch.Tensor, int]]:
+        """Each attention layer's paged KV and the axis that indexes its blocks."""
+        num_blocks = getattr(self._kv_cache_config, "num_blocks", None)
         caches = {}
         for name, layer in forward_context.no_compile_layers.items():
             kv = getattr(layer, "kv_cache", None)
             if isinstance(kv, torch.Tensor):
-                if kv.shape[2] != self._block_size:
-                    raise RuntimeError(f"{name}: KV layout {tuple(kv.shape)} is not [blocks, heads, "
-                                       f"{self._block_size}, C]; this connector does not support it")
-                caches[name] = kv
+                caches[name] = (kv, block_axis(tuple(kv.shape), num_blocks))
         return caches
-
-    def _evict(self) -> None:
-        files = sorted((e for e in os.scandir(self._dir) if e.name.endswith(".safetensors")),
-                       key=lambda e: e.stat().st_mtime)
-        for entry in files[:max(len(files) - self._max_blocks, 0)]:
-            os.unlink(entry.path)
 
     def wait_for_layer_load(self, layer_name: str) -> None:
         return
 
     def save_kv_layer(self, layer_name: str, kv_layer: torch.Tensor, attn_metadata: Any, **kwargs: Any) -> None:
-        return  # stores happen once, when a kept request is aborted (start_load_kv)
+        return  # stores happen once, when an opted-in request finishes (start_load_kv)
 
     def wait_for_save(self) -> None:
         return
