@@ -12,7 +12,6 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-import ray
 from ray import serve
 
 from app.splitwise_config import SplitwiseServeConfig
@@ -41,7 +40,7 @@ class LLMReplica:
         self.metrics = ReplicaMetrics(pool)
         context = serve.get_replica_context()
         self.app_name, self.deployment = context.app_name, context.deployment
-        self.gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        self.gpu_ids = self.engine.gpu_ids  # with TP > 1 its workers', not this actor's
         self._follower: asyncio.Task | None = None
         self.local = LocalBatchAutoscaler(LocalAutoscalerConfig(**local_autoscaler)) if local_autoscaler else None
         if self.local is not None:

@@ -48,6 +48,10 @@ class GenerationChunk:
 
 
 class Engine(Protocol):
+    # Real GPUs the engine runs on (NVML indices on its node), whose clocks the replica
+    # sets through the node's GPU-control actor; none for the simulated engine.
+    gpu_ids: list[int]
+
     def count_tokens(self, text: str) -> int: ...
 
     def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:

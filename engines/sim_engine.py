@@ -78,6 +78,7 @@ class SimEngine:
     def __init__(self, config: SimEngineConfig = SimEngineConfig(), clock: Callable[[], float] = time.time):
         self.config = config
         self._clock = clock
+        self.gpu_ids: list[int] = []  # modelled GPUs only
         perf = default_perf_model(config.model, config.hardware)
         self.batcher = ContinuousBatcher(
             perf,

@@ -186,8 +186,10 @@ class BlockFileKVConnector(KVConnectorBase_V1):
         caches = {}
         for name, layer in forward_context.no_compile_layers.items():
             kv = getattr(layer, "kv_cache", None)
-            if isinstance(kv, torch.Tensor):
+            if isinstance(kv, torch.Tensor) and kv.numel():  # unbound layers hold an empty tensor
                 caches[name] = (kv, block_axis(tuple(kv.shape), num_blocks))
+        if not caches:
+            raise RuntimeError("BlockFileKVConnector found no paged KV cache in this model's layers")
         return caches
 
     def wait_for_layer_load(self, layer_name: str) -> None:

@@ -30,6 +30,7 @@ from engines.kv_block_files import BlockFiles, block_keys
 from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChangeUnsupported
 from engines.token_energy import TokenEnergyMeter
 from engines.vllm_config import KvTransferConfig, VllmEngineConfig
+from engines.vllm_placement import held_gpu_ids
 from engines.vllm_resume import Continuation
 from engines.vllm_stats import VllmStatsTracker
 
@@ -95,11 +96,6 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
     )
 
 
-def _visible_gpus() -> list[int]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
-    return [int(i) for i in visible.split(",") if i.strip().isdigit()]
-
-
 class VllmEngine:
     def __init__(self, config: VllmEngineConfig) -> None:
         set_vllm_env(config)
@@ -113,11 +109,14 @@ class VllmEngine:
         self.blocks = BlockFiles(kv.storage_path, config.tensor_parallel) if kv and kv.block_files else None
         self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if self.blocks else kv
         vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
+        group = None
         if config.executor_backend == "ray":
             import ray
 
             # Workers go into the bundles Serve reserved for this replica (STRICT_PACK).
-            vllm_config.parallel_config.placement_group = ray.util.get_current_placement_group()
+            group = vllm_config.parallel_config.placement_group = ray.util.get_current_placement_group()
+        # Before vLLM's workers take the group's GPUs (held_gpu_ids asks each bundle).
+        self.gpu_ids = held_gpu_ids(group) if config.device == "gpu" else []
         children_before = {p.pid for p in psutil.Process().children()}
         with cpu_ranks_bound(config):
             self.llm = AsyncLLM.from_vllm_config(vllm_config, stat_loggers=[self.tracker.logger_factory])
@@ -126,8 +125,7 @@ class VllmEngine:
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
         self.gate = AdmissionGate(config.batch_limit)
-        gpus = _visible_gpus() if config.device == "gpu" else []
-        self.energy = TokenEnergyMeter.open(gpus, lambda: self.tracker.snapshot.processed_tokens)
+        self.energy = TokenEnergyMeter.open(self.gpu_ids, lambda: self.tracker.snapshot.processed_tokens)
         self._energy_start_j = self.energy.total_j()
         self._clock_mhz = 0.0
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]

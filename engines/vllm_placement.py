@@ -10,6 +10,7 @@ Simulated and CPU engines need only CPU.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from engines.vllm_config import VllmEngineConfig
@@ -35,3 +36,31 @@ def replica_resources(engine: Any, num_cpus: float) -> dict[str, Any]:
     if engine.device == "gpu":
         return {"ray_actor_options": {**actor, "num_gpus": engine.tensor_parallel}}
     return {"ray_actor_options": actor}
+
+
+def held_gpu_ids(placement_group: Any | None, timeout_s: float = 60.0) -> list[int]:
+    """The GPUs (Ray's ids, which NVML indexes alike on a node) a replica's engine runs on,
+    for its clock and energy control.
+
+    Without a placement group the replica holds them itself and Ray lists them in
+    CUDA_VISIBLE_DEVICES. With one (TP > 1 through vLLM's Ray executor) the replica sits
+    in the CPU bundle and vLLM's workers in the GPU bundles, so the replica sees no GPU:
+    a zero-CPU task in each GPU bundle asks which GPU it holds. A bundle keeps the GPUs
+    reserved for it, so this must run before vLLM's workers take them, and the answer
+    holds for as long as the group lives."""
+    if placement_group is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        return [int(i) for i in visible.split(",") if i.strip().isdigit()]
+    import ray
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def gpus_here() -> list[str]:
+        return ray.get_gpu_ids()
+
+    probes = [
+        gpus_here.options(num_gpus=bundle["GPU"], scheduling_strategy=PlacementGroupSchedulingStrategy(
+            placement_group, placement_group_bundle_index=i)).remote()
+        for i, bundle in enumerate(placement_group.bundle_specs) if bundle.get("GPU")
+    ]
+    return sorted(int(g) for ids in ray.get(probes, timeout=timeout_s) for g in ids)
