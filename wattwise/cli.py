@@ -182,6 +182,7 @@ BENCHES = {
     "kv-transfer": "bench.kv_transfer:main",
     "soak": "bench.soak:main",
     "vllm-overhead": "bench.vllm_overhead:main",
+    "vllm-split": "bench.vllm_split:main",
 }
 
 
