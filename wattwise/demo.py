@@ -130,6 +130,8 @@ def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from sim.plots import log_seconds_axis
+
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
     by_pool: dict[str, list[float]] = defaultdict(list)
     for o in outcomes:
@@ -139,6 +141,7 @@ def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
         xs = np.sort(ttfts)
         ax1.plot(xs, np.arange(1, len(xs) + 1) / len(xs), label=f"{pool} (n={len(xs)})")
     ax1.set(xscale="log", xlabel="TTFT (s)", ylabel="CDF", title="Time to first token per pool")
+    log_seconds_axis(ax1.xaxis)
     ax1.legend()
     pools = sorted({p for _, c in samples for p in c})
     for pool in pools:
