@@ -42,9 +42,10 @@ class Fetcher:
         return sum(map(len, blocks.values())), time.perf_counter() - start
 
 
-def _prompt(engine: Any, tokens: int) -> str:
-    ids = engine.tokenizer.encode("\n\n".join(stdlib_docstrings(200_000)), add_special_tokens=False)[:tokens]
-    return engine.tokenizer.decode(ids)
+def _prompts(engine: Any, lengths: list[int]) -> list[str]:
+    """Prompts of about each length in tokens, cut from one text (tokenised once)."""
+    ids = engine.tokenizer.encode("\n\n".join(stdlib_docstrings(200_000)), add_special_tokens=False)
+    return [engine.tokenizer.decode(ids[:tokens]) for tokens in lengths]
 
 
 def _request(engine: Any, prompt: str, max_tokens: int) -> Request:
@@ -93,8 +94,7 @@ async def _run(model: Path, lengths: list[int], repeats: int, check_tokens: int)
     try:
         await _ttft_and_text(token_engine, "warm up", 2)
         await _split(prompt_engine, token_engine, fetcher, "warm up the split path " * 8, 2)
-        for tokens in lengths:
-            prompt = _prompt(prompt_engine, tokens)
+        for prompt in _prompts(prompt_engine, lengths):
             recompute = [(await _ttft_and_text(token_engine, prompt, 1))[0] for _ in range(repeats)]
             splits = [(await _split(prompt_engine, token_engine, fetcher, prompt, 1))[0] for _ in range(repeats)]
             _, unsplit_text = await _ttft_and_text(token_engine, prompt, check_tokens)

@@ -40,6 +40,7 @@ def block_file(directory: str, key: str, rank: int) -> str:
 
 
 def write_atomic(path: str, data: bytes) -> None:
+    """Readers never see a partial file."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -62,9 +63,9 @@ class BlockFiles:
     Requests that share a prefix share block files, so each file is counted while a
     request of this replica uses it and removed when the last one is done."""
 
-    def __init__(self, directory: str | None, tensor_parallel: int, owned: bool = False) -> None:
+    def __init__(self, directory: str | None, tensor_parallel: int) -> None:
         self.directory = directory or tempfile.mkdtemp(prefix="wattwise-kv-")
-        self.owned = owned or directory is None  # made here: removed at close()
+        self.owned = directory is None  # made here: removed at close()
         self.tensor_parallel = tensor_parallel
         os.makedirs(self.directory, exist_ok=True)
         self._users: Counter[str] = Counter()

@@ -42,7 +42,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 from vllm.v1.request import RequestStatus
 
-from engines.kv_block_files import block_axis, block_file, block_keys, evict_oldest
+from engines.kv_block_files import block_axis, block_file, block_keys, evict_oldest, write_atomic
 
 if TYPE_CHECKING:
     from vllm.config import VllmConfig
@@ -159,11 +159,8 @@ class BlockFileKVConnector(KVConnectorBase_V1):
         caches = self._kv_caches(forward_context)
         for rid, blocks in meta.stores.items():
             for key, block in blocks:
-                path = block_file(self._dir, key, rank)
-                tmp = f"{path}.{os.getpid()}.tmp"
-                safetensors.torch.save_file({name: kv.select(axis, block).contiguous().cpu()
-                                             for name, (kv, axis) in caches.items()}, tmp)
-                os.replace(tmp, path)  # readers never see a partial file
+                write_atomic(block_file(self._dir, key, rank), safetensors.torch.save(
+                    {name: kv.select(axis, block).contiguous().cpu() for name, (kv, axis) in caches.items()}))
             self._stored.add(rid)
         if meta.stores:
             evict_oldest(self._dir, self._max_blocks * self._ranks)

@@ -296,22 +296,20 @@ class VllmEngine:
     async def export_prompt_kv(self, request: Request, timeout_s: float) -> dict[str, bytes] | None:
         """Prompt phase with our connector: compute the prompt and return its KV blocks'
         files for a token replica (engines.kv_block_files), or None if the engine had not
-        written them within `timeout_s`. Its files are held from before the request
-        (another request of this replica sharing the prefix may release them) and
-        removed here once read: they travel on in Ray's object store."""
+        written them within `timeout_s`. The prompt is tokenised here, once, so its block
+        keys are known and held from before the request (another request of this replica
+        sharing the prefix may release them); the files are removed once read: they travel
+        on in Ray's object store."""
         assert self.blocks is not None, "export_prompt_kv needs BlockFileKVConnector"
-        held = self.blocks.hold(self._block_keys(self.tokenizer.encode(request.prompt_text)))
+        ids = self.tokenizer.encode(request.prompt_text)
+        keys = self.blocks.hold(self._block_keys(ids))
         try:
-            run = Continuation(_first_token_only(request), export_kv=True)
-            await self._last_chunk(run)
-            keys = self._block_keys(run.prompt_ids or [])
-            if keys != held:  # vLLM tokenised differently: hold what it stored
-                held += self.blocks.hold(keys)
+            await self._last_chunk(Continuation(_first_token_only(request), export_kv=True, prompt_ids=ids))
             if not await self.blocks.wait_for(keys, timeout_s):
                 return None
             return self.blocks.read(keys)
         finally:
-            self.blocks.release(held)
+            self.blocks.release(keys)
 
     def import_kv(self, blocks: dict[str, bytes]) -> list[str]:
         """Store blocks exported by another replica; the next request whose prompt starts

@@ -27,7 +27,7 @@ class Continuation:
     request: Request
     keep_kv_on_abort: bool = False  # preemptible: ask the KV connector to keep its KV
     export_kv: bool = False  # a Splitwise prompt phase: the KV connector stores its KV
-    prompt_ids: list[int] | None = None  # as vLLM tokenised the prompt text
+    prompt_ids: list[int] | None = None  # as vLLM tokenised the prompt text (or given to it)
     generated_ids: list[int] = field(default_factory=list)
     first_s: float | None = None
     last_s: float | None = None
@@ -56,9 +56,9 @@ class Continuation:
     def sampling(self) -> Any:
         """vLLM SamplingParams of this segment: the request's, for the tokens left."""
         params = sampling_params(replace(self.request, max_tokens=self.remaining))
-        flags = {KEEP_KV_ON_ABORT: self.keep_kv_on_abort, EXPORT_KV: self.export_kv}
-        if any(flags.values()):
-            params.extra_args = {**(params.extra_args or {}), **{k: True for k, on in flags.items() if on}}
+        flags = {k: True for k, on in ((KEEP_KV_ON_ABORT, self.keep_kv_on_abort), (EXPORT_KV, self.export_kv)) if on}
+        if flags:
+            params.extra_args = {**(params.extra_args or {}), **flags}
         return params
 
     def add(self, output: Any, now_s: float) -> int:
