@@ -59,9 +59,10 @@ MAX_EXTRA_DEPTH = 16
 
 
 def _clean_text(value: str) -> str:
-    """Strings reach tokenizers, logs and C code: no NUL, no lone surrogate (not UTF-8)."""
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
+    """Strings reach tokenizers, logs and C code: they must be encodable as UTF-8 (no lone
+    surrogate, which a JSON `\\ud800` escape can produce; a Rust tokenizer cannot take one).
+    NUL is a valid JSON string character that vLLM's OpenAI server accepts and tokenizes
+    (benchmark clients send it), so it is accepted here too."""
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
@@ -232,7 +233,9 @@ def usage_dict(prompt_tokens: int, completion_tokens: int, energy_j: float) -> d
     }
 
 
-def completion_body(rid: str, model: str, text: str, finish: str | None, usage: dict | None, chunk: bool) -> dict:
+def completion_body(rid: str, model: str, text: str, finish: str | None, usage: dict | None, chunk: bool,
+                    first_chunk: bool = False) -> dict:
+    """A text completion, or one of its stream chunks (`first_chunk` changes nothing here)."""
     body = {
         "id": rid,
         "object": "text_completion",
@@ -245,9 +248,14 @@ def completion_body(rid: str, model: str, text: str, finish: str | None, usage: 
     return body
 
 
-def chat_body(rid: str, model: str, text: str, finish: str | None, usage: dict | None, chunk: bool) -> dict:
+def chat_body(rid: str, model: str, text: str, finish: str | None, usage: dict | None, chunk: bool,
+              first_chunk: bool = False) -> dict:
+    """A chat completion, or one of its stream chunks. As OpenAI's (and vLLM's) streams do,
+    only the first chunk's delta carries the role; clients that concatenate deltas field by
+    field would otherwise read "assistantassistant..."."""
     if chunk:
-        choice = {"index": 0, "delta": {"role": "assistant", "content": text}, "finish_reason": finish}
+        delta = {"role": "assistant", "content": text} if first_chunk else {"content": text}
+        choice = {"index": 0, "delta": delta, "finish_reason": finish}
         obj = "chat.completion.chunk"
     else:
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}

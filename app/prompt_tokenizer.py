@@ -1,8 +1,9 @@
 """How the ingress turns a request into prompt text and counts its tokens, per app.
 
 Length classes and context checks need the token count the engine will see: sim pools
-count words (their model has no tokenizer), vLLM pools use their model's own
-tokenizer and render chat messages with its chat template, as vLLM's server would.
+count with core.token_counter (the tokenizer the sim engine counts with, so both agree),
+vLLM pools use their model's own tokenizer and render chat messages with its chat
+template, as vLLM's server would.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from app.config import AppConfig
-from engines.sim_engine import count_words
+from core.token_counter import TokenCounter, default_token_counter
 from engines.vllm_config import VllmEngineConfig
 
 
@@ -20,12 +21,17 @@ class PromptTokenizer(Protocol):
     def count(self, prompt: str) -> int: ...
 
 
-class WordPrompts:
+class SimPrompts:
+    """Prompt text as is, counted like the sim engine counts it."""
+
+    def __init__(self, counter: TokenCounter | None = None) -> None:
+        self.counter = counter or default_token_counter()  # loaded with the ingress, not per request
+
     def render(self, body: Any, prompt: str) -> str:
         return prompt
 
     def count(self, prompt: str) -> int:
-        return count_words(prompt)
+        return self.counter.count(prompt)
 
 
 class HfPrompts:
@@ -47,8 +53,8 @@ class HfPrompts:
 
 
 def prompt_tokenizer(config: AppConfig) -> PromptTokenizer:
-    """The vLLM pools' tokenizer if the app has any (they must share one), else words."""
+    """The vLLM pools' tokenizer if the app has any (they must share one), else the sim one."""
     paths = {p.engine.tokenizer_path for p in config.pools if isinstance(p.engine, VllmEngineConfig)}
     if len(paths) > 1:
         raise ValueError(f"the vLLM pools of one app must share a tokenizer; got {sorted(paths)}")
-    return HfPrompts(paths.pop()) if paths else WordPrompts()
+    return HfPrompts(paths.pop()) if paths else SimPrompts()

@@ -402,12 +402,14 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         """Stream chunks as SSE; a replica failure past the retries ends the stream with an
         OpenAI error event (retryable: 503 + retry_after), never silently."""
         chunk = first
+        first_chunk = True  # only the first chat delta carries the role
         try:
             while True:
                 refused = _refusal(chunk)
                 if refused is not None:
                     raise refused
-                body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True)
+                body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True, first_chunk)
+                first_chunk = False
                 if chunk["finish_reason"]:
                     body["wattwise"] = _service_report(request, gen.pool, chunk)
                 yield f"data: {json.dumps(body)}\n\n"

@@ -20,6 +20,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from core.request import Request
 from core.stats import ReplicaStats
+from core.token_counter import default_token_counter
 from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
 from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
@@ -28,6 +29,8 @@ from energy.calibration import default_perf_model
 # resume) begins at this output token, so its deterministic text goes on where it stopped.
 RESUME_OFFSET_KEY = "resume_offset_tokens"
 _SQUASHED = object()  # queue marker: the request was squashed before it started
+# Placeholder output: each word, with its leading space, is one token of core.token_counter's
+# tokenizer, so a client counting the text gets the engine's count (tests/test_token_counter.py).
 _WORDS = (
     "the of and to in is that for it as with was on be by this are at from or an have not but "
     "they which one you all were we when there can more if no out so said what up its about into "
@@ -62,11 +65,6 @@ class SimEngineConfig(BaseModel):
     splitwise: MachineConfig | None = None
 
 
-def count_words(text: str) -> int:
-    """The sim engine's tokenizer: one token per whitespace-separated word (min 1)."""
-    return max(len(text.split()), 1)
-
-
 def placeholder_text(request_id: str, start: int, count: int) -> str:
     seed = sum(map(ord, request_id))
     return "".join(" " + _WORDS[(seed + i) % len(_WORDS)] for i in range(start, start + count))
@@ -95,12 +93,13 @@ class SimEngine:
         if config.splitwise is not None:
             self.batcher.admission, self.batcher.preemption = machine_policies(config.splitwise)
         self.max_context_tokens = perf.model.max_context_tokens
+        self._token_counter = default_token_counter()  # loaded at start (~0.1 s), not per request
         self._queues: dict[str, asyncio.Queue] = {}
         self._wakeup = asyncio.Event()
         self._loop_task: asyncio.Task | None = None
 
     def count_tokens(self, text: str) -> int:
-        return count_words(text)
+        return self._token_counter.count(text)
 
     def stats(self) -> ReplicaStats:
         return self.batcher.stats(self._clock())

@@ -159,8 +159,8 @@ def _rejected(schema: type, body: dict[str, Any]) -> APIError:
     ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 10**7}, "max_tokens"),
     ({"max_tokens": 1.5}, "max_tokens"), ({"stream": "yes"}, "stream"), ({"stop": ["a"] * 5}, "stop"),
     ({"stop": "x" * 257}, "stop"), ({"stop": [""]}, "stop"), ({"logit_bias": {"abc": 1}}, "logit_bias.abc"),
-    ({"logit_bias": {"42": 101}}, "logit_bias.42"), ({"user": "u" * 257}, "user"), ({"prompt": "a\x00b"}, "prompt"),
-    ({"prompt": "\ud800"}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "  "}, "prompt"),
+    ({"logit_bias": {"42": 101}}, "logit_bias.42"), ({"user": "u" * 257}, "user"), ({"prompt": "\ud800"}, "prompt"),
+    ({"prompt": ["ok", "\udfff"]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "  "}, "prompt"),
     ({"prompt": [1, 2]}, "prompt"), ({"seed": 2**64}, "seed"), ({"logprobs": 6}, "logprobs"),
 ])
 def test_bad_completion_fields_are_400_naming_the_field(extra: dict[str, Any], param: str) -> None:
@@ -172,7 +172,7 @@ def test_bad_completion_fields_are_400_naming_the_field(extra: dict[str, Any], p
     ([], "messages"), ([{"role": "wizard", "content": "x"}], "messages.0.role"),
     ([{"role": "user", "content": 5}], "messages.0.content"),
     ([{"role": "user", "content": [{"type": "image_url", "image_url": "http://x"}]}], "messages.0.content"),
-    ([{"role": "user", "content": "ok"}, {"role": "user", "content": "nul\x00"}], "messages.1.content"),
+    ([{"role": "user", "content": "ok"}, {"role": "user", "content": "half\ud83d"}], "messages.1.content"),
     ([{"role": "user", "content": "x", "name": "n" * 65}], "messages.0.name"),
 ])
 def test_bad_chat_messages_are_400_naming_the_field(messages: list, param: str) -> None:
@@ -183,8 +183,17 @@ def test_bad_chat_messages_are_400_naming_the_field(messages: list, param: str) 
 def test_unknown_fields_pass_but_must_be_clean() -> None:
     ok = CompletionRequest.model_validate({"model": MODEL, "prompt": "hi", "best_of": 1, "metadata": {"a": ["b"]}})
     assert ok.model_extra == {"best_of": 1, "metadata": {"a": ["b"]}}
-    err = _rejected(CompletionRequest, {"model": MODEL, "prompt": "hi", "metadata": {"a": ["b\x00"]}})
+    err = _rejected(CompletionRequest, {"model": MODEL, "prompt": "hi", "metadata": {"a": ["b\ud800"]}})
     assert err.status == 400 and "metadata.a.0" in err.message
+
+
+def test_nul_is_accepted_as_vllm_accepts_it() -> None:
+    """NUL is a valid JSON string character; vLLM's OpenAI server tokenizes it, and
+    `vllm bench serve` sends such prompts: the text reaches the engine unchanged."""
+    assert CompletionRequest.model_validate({"model": MODEL, "prompt": "a\x00b"}).prompt == "a\x00b"
+    chat = ChatCompletionRequest.model_validate(
+        {"model": MODEL, "messages": [{"role": "user", "content": "nul\x00"}], "metadata": {"a": ["b\x00"]}})
+    assert chat.messages[0].content == "nul\x00"
 
 
 # ---- early rejection over HTTP ---------------------------------------------------------------
@@ -213,8 +222,16 @@ def test_oversized_bodies_are_413_even_without_content_length(served: LocalServe
     (b'{"model": "llama2-70b-sim", "prompt": "caf\xe9"}', "invalid_json"),  # Latin-1, not UTF-8
     (b"[" * 100_000 + b"]" * 100_000, "invalid_json"),  # nesting past the parser's recursion limit
     (b'{"model": "llama2-70b-sim", "prompt": "hi", "max_tokens": ' + b"9" * 5000 + b"}", "invalid_json"),
-    (b'{"model": "llama2-70b-sim", "prompt": "a\\u0000b"}', None),
+    (b'{"model": "llama2-70b-sim", "prompt": "a\\ud800b"}', None),  # a lone surrogate: not UTF-8
 ])
 def test_bad_encodings_are_400(served: LocalServe, content: bytes, code: str | None) -> None:
     resp = _post_raw(served, content)
     assert resp.status_code == 400 and resp.json()["error"]["code"] == code
+
+
+@pytest.mark.ray
+def test_nul_prompts_are_served(served: LocalServe) -> None:
+    """The prompt `vllm bench serve` got a 400 for: served, and counted as tokens."""
+    resp = _post_raw(served, b'{"model": "llama2-70b-sim", "prompt": "a\\u0000b", "max_tokens": 3}')
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["usage"]["prompt_tokens"] == 3 and resp.json()["usage"]["completion_tokens"] == 3

@@ -8,6 +8,7 @@ import httpx
 import openai
 import pytest
 
+from core.token_counter import count_tokens
 from tests.conftest import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
 from tests.live_app import metric_sum, wait_for
 from wattwise.local_serve import LocalServe
@@ -51,17 +52,34 @@ def test_chat_streaming(served: LocalServe) -> None:
             text += chunk.choices[0].delta.content or ""
         if chunk.usage:
             usage = chunk.usage
-    assert len(text.split()) == 40
+    assert len(text.split()) == 40 and count_tokens(text) == 40  # the client's count is the engine's
     assert usage is not None and usage.completion_tokens == 40
     assert 2 < chunks < 40  # tokens are batched per flush, but not all in one chunk
 
 
-@pytest.mark.parametrize(("words", "pool"), [(254, "pool-short"), (255, "pool-medium"), (1022, "pool-medium"),
-                                             (1023, "pool-long")])
-def test_classification_boundaries(served: LocalServe, words: int, pool: str) -> None:
-    # Chat prompts gain the role prefix ("user:"), one word: 254 words -> 255 tokens.
+def test_chat_stream_names_the_role_once(served: LocalServe) -> None:
+    """As in OpenAI's streams, only the first delta carries the role."""
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 30, "stream": True}
+    with httpx.stream("POST", f"{served.base_url}/v1/chat/completions", json=body, timeout=60,
+                      headers={"authorization": f"Bearer {INTERACTIVE_KEY}"}) as resp:
+        events = [json.loads(line.removeprefix("data: ")) for line in resp.iter_lines()
+                  if line.startswith("data: {")]
+    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
+    assert len(deltas) >= 2
+    assert deltas[0]["role"] == "assistant"
+    assert all("role" not in d for d in deltas[1:])
+    assert count_tokens("".join(d["content"] for d in deltas)) == 30
+
+
+@pytest.mark.parametrize(("tokens", "pool"), [(255, "pool-short"), (256, "pool-medium"), (1023, "pool-medium"),
+                                              (1024, "pool-long")])
+def test_classification_boundaries(served: LocalServe, tokens: int, pool: str) -> None:
+    # Chat prompts gain the role prefix ("user: ", two tokens); each " word" is one token.
+    prefix = count_tokens("user: word") - 1
+    content = _words(tokens - prefix)
+    assert count_tokens(f"user: {content}") == tokens
     resp = _client(served).chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": _words(words)}], max_tokens=2
+        model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=2
     )
     assert resp.model_extra["wattwise"]["pool"] == pool
 
