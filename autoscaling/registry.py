@@ -16,10 +16,13 @@ from autoscaling.chiron.policy import ChironConfig, ChironPolicy
 from autoscaling.dynamollm.policy import make_dynamollm
 from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
 from autoscaling.throttllem.config import ThrottllemScalingConfig
+from autoscaling.wattwise import make_wattwise
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.policy import ControlPolicy
 
 POLICIES: dict[str, Callable[..., ControlPolicy]] = {
+    # The one controller: every paper as a layer (the default).
+    "wattwise": make_wattwise,
     "utilisation": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
     # Baselines (DynamoLLM §V-A; Llumnix as in Chiron; Triton-like as in throttLL'eM).
     "singlepool": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "singlepool"),

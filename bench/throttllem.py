@@ -72,7 +72,7 @@ def workload(start_s: float, duration_s: float, peak_rps: float):
 
 
 def run(w, autoscale: bool, throttle: bool, error: float, timings: Timings | None) -> dict:
-    config = SimConfig(length_error_p95=error)
+    config = SimConfig(length_prediction="noisy" if error else "oracle", length_error_p95=error)
     policies = None
     if throttle:
         cfg = ThrottllemConfig(length_error=error)

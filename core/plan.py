@@ -16,6 +16,9 @@ class ClusterPlan:
     replicas: dict[str, int] = field(default_factory=dict)
     tensor_parallel: dict[str, int] = field(default_factory=dict)
     clock_mhz: dict[str, int] = field(default_factory=dict)
+    # Pool -> (lowest, highest) clock the replicas' per-step clock hook may pick
+    # (throttLL'eM searches inside the band the planner publishes).
+    clock_band_mhz: dict[str, tuple[int, int]] = field(default_factory=dict)
     batch_limit: dict[str, int] = field(default_factory=dict)
     routing_weights: dict[str, dict[str, float]] = field(default_factory=dict)
     # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
@@ -33,6 +36,7 @@ class ClusterPlan:
             replicas={**self.replicas, **other.replicas},
             tensor_parallel={**self.tensor_parallel, **other.tensor_parallel},
             clock_mhz={**self.clock_mhz, **other.clock_mhz},
+            clock_band_mhz={**self.clock_band_mhz, **other.clock_band_mhz},
             batch_limit={**self.batch_limit, **other.batch_limit},
             routing_weights={**self.routing_weights, **other.routing_weights},
             serving={**self.serving, **other.serving},

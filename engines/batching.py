@@ -156,6 +156,8 @@ class ContinuousBatcher:
         self.preemption = preemption
         self.tensor_parallel = config.tensor_parallel
         self.clock_mhz = config.clock_mhz
+        # The planner's bounds on any clock a hook picks (None: the GPU's whole range).
+        self.clock_band_mhz: tuple[float, float] | None = None
         self.batch_limit = config.batch_limit
         kv_tokens = config.kv_capacity_tokens or perf.kv_capacity_tokens(config.tensor_parallel)
         self.kv_blocks_total = max(kv_tokens // config.block_size, 1)
@@ -278,6 +280,20 @@ class ContinuousBatcher:
         gpu = self.perf.gpu
         self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
 
+    def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
+        """Bound the clock hooks' choices (the planner's band for this pool); the current
+        clock moves into the band at once."""
+        if low_mhz > high_mhz:
+            raise ValueError(f"clock band [{low_mhz}, {high_mhz}] MHz is empty")
+        self.clock_band_mhz = (float(low_mhz), float(high_mhz))
+        self.set_clock(self.clamp_to_band(self.clock_mhz))
+
+    def clamp_to_band(self, clock_mhz: float) -> float:
+        if self.clock_band_mhz is None:
+            return clock_mhz
+        low, high = self.clock_band_mhz
+        return min(max(clock_mhz, low), high)
+
     def squash_waiting(self, now_s: float, max_wait_s: float) -> list[Sequence]:
         """Drop requests that never started and waited past max(max_wait_s, their TTFT
         target) (DynamoLLM §IV-D): the client is better served retrying elsewhere."""
@@ -376,8 +392,10 @@ class ContinuousBatcher:
         self._account_idle(now_s)
         if self.clock_policy is not None:
             clock = self.clock_policy.choose_clock_mhz(self, now_s)
-            if clock is not None and clock != self.clock_mhz:
-                self.set_clock(clock)
+            if clock is not None:
+                clock = self.clamp_to_band(clock)
+                if clock != self.clock_mhz:
+                    self.set_clock(clock)
         budget = self.config.max_batched_tokens
         chunks: list[tuple[Sequence, int]] = []
         decodes: list[Sequence] = []

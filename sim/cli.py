@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 
 from energy.hardware import GPUS, MODELS
-from sim.config import OverheadTable, SimConfig
+from core.overheads import OverheadTable
+from sim.config import SimConfig
 from sim.oracle import oracle_energy
 from sim.run import simulate
 from sim.scenario import SPECS

@@ -30,6 +30,7 @@ from energy.calibration import default_perf_model
 from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
+from sim.length_prediction import default_predictor_error, predicted_by_predictor, predicted_with_noise
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
 from sim.workload import Workload
@@ -40,12 +41,13 @@ STEP_END, READY, WAKE, CONTROL, SAMPLE, CALL = range(6)
 BatcherPolicies = Callable[[PerfModel, BatcherConfig], tuple[AdmissionPolicy | None, ClockPolicy | None]]
 
 
-def predicted_lengths(output_tokens: np.ndarray, p95_error: float, seed: int) -> np.ndarray:
-    """True lengths with Gaussian relative noise of the given p95 error (sigma = p95 / 1.96)."""
-    if p95_error <= 0:
+def predicted_lengths(output_tokens: np.ndarray, config: SimConfig) -> np.ndarray:
+    """The output lengths the classifier sees, per `SimConfig.length_prediction`."""
+    if config.length_prediction == "oracle":
         return output_tokens
-    noise = np.random.default_rng(seed).normal(0.0, p95_error / 1.96, len(output_tokens))
-    return np.maximum(np.rint(output_tokens * (1.0 + noise)), 1).astype(np.int64)
+    if config.length_prediction == "noisy":
+        return predicted_with_noise(output_tokens, config.length_error_p95, config.length_error_seed)
+    return predicted_by_predictor(output_tokens, default_predictor_error(), config.length_error_seed)
 
 
 @dataclass(frozen=True)
@@ -80,6 +82,7 @@ class Pool:
         self.setup = setup
         self.tp = setup.tensor_parallel
         self.clock_mhz = setup.clock_mhz
+        self.clock_band_mhz: tuple[float, float] | None = None
         self.target = setup.replicas
         self.batch_limit: int | None = None
         self.replicas: list[SimReplica] = []
@@ -127,7 +130,7 @@ class Simulator:
         self.output_lengths = OutputLengthStats()
         self.on_progress = on_progress
         self.log = RequestLog(len(workload))
-        self.predicted = predicted_lengths(workload.output_tokens, config.length_error_p95, config.length_error_seed)
+        self.predicted = predicted_lengths(workload.output_tokens, config)
         self.series = Series(config.sample_interval_s)
         for name in self.pools:
             for table in (self.series.ready, self.series.starting, self.series.tp, self.series.clock_mhz,
@@ -335,6 +338,8 @@ class Simulator:
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
+        if pool.clock_band_mhz is not None:
+            batcher.set_clock_band(*pool.clock_band_mhz)
         while pool.outside:
             self._dispatch(pool, pool.outside.popleft(), now)
         if self.batch_queue:
@@ -425,6 +430,12 @@ class Simulator:
                         r.batcher.set_batch_limit(pool.batch_limit)
             if name in plan.clock_mhz:
                 self._set_clock(pool, float(plan.clock_mhz[name]), now)
+            if name in plan.clock_band_mhz and plan.clock_band_mhz[name] != pool.clock_band_mhz:
+                pool.clock_band_mhz = plan.clock_band_mhz[name]
+                for r in pool.replicas:
+                    if r.batcher is not None:
+                        r.batcher.set_clock_band(*pool.clock_band_mhz)
+                        r.clock_mhz = r.batcher.clock_mhz
             pool.target = min(max(plan.replicas.get(name, pool.target), 0), pool.setup.max_replicas)
             self._reconcile(pool, now)
 
@@ -485,7 +496,7 @@ class Simulator:
             s.starting[pool.name].append(sum(1 for r in pool.replicas if r.state is State.STARTING))
             s.tp[pool.name].append(pool.tp)
             s.clock_mhz[pool.name].append(
-                sum(r.clock_mhz for r in ready) / len(ready) if ready else float(pool.clock_mhz)
+                sum(r.batcher.clock_mhz for r in ready) / len(ready) if ready else float(pool.clock_mhz)
             )
             s.queued[pool.name].append(
                 len(pool.outside) + sum(len(r.batcher.waiting) for r in pool.replicas if r.batcher is not None)

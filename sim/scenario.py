@@ -28,6 +28,7 @@ from core.policy import ControlPolicy
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
 from sim.engine import PoolSetup, Simulator
+from sim.length_prediction import default_predictor_error
 from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
@@ -53,6 +54,7 @@ SPECS: dict[str, PolicySpec] = {
     "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False),
     "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
     "splitwise": PolicySpec("by_phase", app_tp=False, pool_plan_args=True),
+    "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False),
 }
 # Policies whose request path needs more than the base simulator.
 SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
@@ -142,6 +144,23 @@ def splitwise_pools(
     ]
 
 
+def projection_error(config: SimConfig) -> float:
+    """The length error throttLL'eM's projections allow for: the predictor's measured
+    overrun (p90 of actual / predicted - 1 on its held-out conversations) when the run
+    uses its predictions, the injected noise's p95 otherwise."""
+    if config.length_prediction == "predictor":
+        return default_predictor_error().overrun_quantile(0.9)
+    return config.length_error_p95 if config.length_prediction == "noisy" else 0.0
+
+
+def with_throttllem(setups: list[PoolSetup], config: SimConfig) -> list[PoolSetup]:
+    """Every replica runs throttLL'eM's admission control and per-step clock (inside the
+    band a planner publishes, if one does)."""
+    policies = partial(replica_policies, config=ThrottllemConfig(
+        model=config.model, hardware=config.hardware, length_error=projection_error(config)))
+    return [replace(s, batcher_policies=policies) for s in setups]
+
+
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
 ) -> tuple[list[PoolSetup], ControlPolicy]:
@@ -158,11 +177,12 @@ def build(
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)
-    if name == "throttllem":  # replicas also run its admission control and clock throttling
-        policies = partial(replica_policies, config=ThrottllemConfig(
-            model=config.model, hardware=config.hardware, length_error=config.length_error_p95))
-        setups = [replace(s, batcher_policies=policies) for s in setups]
-        return setups, make_policy(name, model=config.model, hardware=config.hardware)
+    if name == "wattwise":
+        return with_throttllem(setups, config), make_policy(
+            name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
+            model=config.model, hardware=config.hardware, overheads=config.overheads)
+    if name == "throttllem":
+        return with_throttllem(setups, config), make_policy(name, model=config.model, hardware=config.hardware)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs: dict = dict(

@@ -94,7 +94,6 @@ def test_cli_fits_latency_csvs_into_a_profile_dynamollm_plans_with(tmp_path: Pat
     pools = {"pool-all": ["SS", "SM", "SL", "MS", "MM", "ML", "LS", "LM", "LL"]}
     policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, model="SmolLM2-135M-Instruct", profile_path=str(out),
                                              warmup_s=0))
-    assert policy.model_bytes == spec.weight_bytes
     stats = ReplicaStats(class_rates_per_s={"MM": 2.0}, tensor_parallel=2)
     view = ClusterView({"pool-all": DeploymentView("pool-all", 1, 1, 0, 8, (stats,))})
     plan = policy.observe(view, 0.0)

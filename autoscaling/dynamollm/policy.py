@@ -21,8 +21,9 @@ from autoscaling.dynamollm.cluster_manager import PoolDemand, size_pools
 from autoscaling.dynamollm.instance_manager import lowest_energy_clock, step_up
 from autoscaling.dynamollm.load_predictor import WeeklyTemplatePredictor
 from autoscaling.dynamollm.pool_manager import solve_pool
-from autoscaling.dynamollm.reconfig import OverheadTable, worth_reconfiguring
+from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.classes import LengthClassConfig
+from core.overheads import OverheadTable
 from core.plan import ClusterPlan
 from core.slo import SLO
 from core.view import ClusterView, DeploymentView
@@ -77,14 +78,8 @@ class DynamoLLMPolicy:
         self.lengths = LengthClassConfig()
         if profile is None and config.profile_path:
             profile = EnergyProfile.load(config.profile_path)
-        if profile is None or profile.weight_bytes is None:
-            # A profile fitted on a served model (wattwise profile --fit-latency) carries
-            # its weights; otherwise the model is a built-in one.
-            perf = default_perf_model(config.model, config.hardware)
-            profile = profile or build_profile(perf)
-            self.model_bytes = perf.model.weight_bytes
-        else:
-            self.model_bytes = profile.weight_bytes
+        if profile is None:
+            profile = build_profile(default_perf_model(config.model, config.hardware))
         self.profile = profile
         self.max_clock = max(profile.clocks_mhz)
         self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)
@@ -203,13 +198,12 @@ class DynamoLLMPolicy:
         if now is None:
             return None
         power_now = now[0] * pool.instances
+        # The restart every runtime does for a TP change, or a new instance's start-up.
         oh = self.config.overheads
         if tp != pool.tp:
-            tps_now = [pool.tp] * min(pool.instances, oh.gpus_per_server // pool.tp)
-            tps_new = [tp] * min(instances, oh.gpus_per_server // tp)
-            cost_s = oh.reshard_s(tps_now, tps_new, self.model_bytes)
+            cost_s = oh.reshard_s
         else:
-            cost_s = oh.scale_out_s if instances > pool.instances else 0.0
+            cost_s = oh.startup_s if instances > pool.instances else 0.0
         cost_j = cost_s * power_now
         if not worth_reconfiguring(power_now, power_new_w, self.config.pool_epoch_s, cost_j):
             return None

@@ -1,0 +1,183 @@
+"""DynamoLLM's pool planning with free instance counts: the shape (TP, instances, clock)
+of each pool that carries its load on the fewest joules, re-planned as load moves.
+
+DynamoLLM's own policy sizes pools for a 30-minute peak forecast at TP8 and only
+re-shards inside those GPUs, so at low load it holds GPUs a baseline like ScaleShard
+gives back. Here every candidate (TP, clock) of the energy profile is costed at the
+instance count it needs for the pool's per-class load, and the cheapest wins: the
+choices of ScaleShard (small TP), ScaleInst (instances) and ScaleFreq (clock) are all in
+the search, so the planner never loses to one of them on the profile's terms.
+
+Load per class is the trailing peak of the rates replicas report, times a margin for
+bursts. Instances grow at once and shrink only after the smaller count held for
+`downscale_hold_s`; a TP change happens at a pool epoch when the watts it saves over the
+epoch pay the reconfiguration (the shared overhead table), or at once when the current
+TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
+its ceiling the GPU's top, and the replicas' per-step clock hook searches inside it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from core.classes import LengthClassConfig
+from energy.profile import EnergyProfile
+
+
+class ShapePlannerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    headroom: float = Field(default=0.8, gt=0, le=1, description="Share of each SLO target to plan for.")
+    burst_margin: float = Field(default=0.25, ge=0, description=(
+        "Extra load planned above the trailing peak rate, for bursts inside the re-plan period."))
+    lookback_s: float = Field(default=120.0, gt=0, description="Window of the trailing peak rate.")
+    downscale_hold_s: float = Field(default=90.0, ge=0, description=(
+        "A smaller instance count must be enough for this long before the pool shrinks."))
+    min_instances: int = Field(default=1, ge=0, description="Warm instances every pool keeps.")
+
+
+@dataclass(frozen=True)
+class PoolShape:
+    tensor_parallel: int
+    instances: int
+    clock_mhz: int
+    power_w: float  # the pool's instances together, at the planned load
+
+
+def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
+                     lengths: LengthClassConfig, headroom: float) -> float | None:
+    """Instances of (TP, clock) the per-class rates fill (each class's share of one
+    instance is its rate over the instance's SLO-feasible capacity); None if a class
+    with load cannot be served at this shape at all."""
+    need = 0.0
+    for cls, rate in rates.items():
+        if rate <= 0:
+            continue
+        cap = profile.capacity(cls, tp, clock_mhz, lengths.slo(cls), headroom)
+        if cap <= 0:
+            return None
+        need += rate / cap
+    return need
+
+
+def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
+                  instances: int) -> float:
+    """Power of `instances` replicas sharing the rates evenly: idle, plus each class's
+    power above idle at its per-instance rate."""
+    idle_w = _idle_w(profile, tp, clock_mhz)
+    busy_w = 0.0
+    for cls, rate in rates.items():
+        if rate <= 0:
+            continue
+        at = profile.at(cls, tp, clock_mhz, rate / instances)
+        if at is None:  # beyond one class's own capacity: costed at its top
+            at = profile.at(cls, tp, clock_mhz, profile.max_rate_per_s(cls, tp, clock_mhz))
+        busy_w += max(at[0] - idle_w, 0.0) if at is not None else 0.0
+    return instances * (idle_w + busy_w)
+
+
+def _idle_w(profile: EnergyProfile, tp: int, clock_mhz: int) -> float:
+    lightest = [profile.at(cls, tp, clock_mhz, 0.0) for cls in profile.classes]
+    return min((v[0] for v in lightest if v is not None), default=0.0)
+
+
+def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: LengthClassConfig,
+                   headroom: float, min_instances: int, max_gpus: int, only_tp: int | None = None) -> PoolShape | None:
+    best: PoolShape | None = None
+    for tp in profile.tensor_parallel_degrees:
+        if only_tp is not None and tp != only_tp:
+            continue
+        for clock in profile.clocks_mhz:
+            need = needed_instances(profile, rates, tp, clock, lengths, headroom)
+            if need is None:
+                continue
+            n = max(math.ceil(need - 1e-9), min_instances)
+            if n * tp > max_gpus:
+                continue
+            power = shape_power_w(profile, rates, tp, clock, max(n, 1)) if n else 0.0
+            if best is None or power < best.power_w - 1e-6:
+                best = PoolShape(tp, n, clock, power)
+    return best
+
+
+class PoolShapePlanner:
+    """Per pool: the cheapest shape for its trailing peak load, with hysteresis."""
+
+    def __init__(self, profile: EnergyProfile, config: ShapePlannerConfig, lengths: LengthClassConfig,
+                 reconfigure_cost_s: float, pool_epoch_s: float) -> None:
+        self.profile = profile
+        self.config = config
+        self.lengths = lengths
+        self.reconfigure_cost_s = reconfigure_cost_s
+        self.pool_epoch_s = pool_epoch_s
+        self.max_clock_mhz = max(profile.clocks_mhz)
+        self._history: dict[str, deque[tuple[float, dict[str, float]]]] = {}
+        self._shape: dict[str, PoolShape] = {}
+        self._lower_since: dict[str, float] = {}
+        self._next_epoch_s: float | None = None
+
+    def shape(self, pool: str) -> PoolShape | None:
+        return self._shape.get(pool)
+
+    def planning_rates(self, pool: str, rates: dict[str, float], now_s: float) -> dict[str, float]:
+        """Per class: the trailing peak of the measured rate, plus the burst margin."""
+        history = self._history.setdefault(pool, deque())
+        history.append((now_s, dict(rates)))
+        while history and history[0][0] < now_s - self.config.lookback_s:
+            history.popleft()
+        peak: dict[str, float] = {}
+        for _, sample in history:
+            for cls, r in sample.items():
+                peak[cls] = max(peak.get(cls, 0.0), r)
+        return {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
+
+    def plan(self, pool: str, rates: dict[str, float], gpus_available: int, overloaded: bool,
+             now_s: float) -> PoolShape:
+        """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
+        ones; `overloaded` (requests queue beyond what the shape expects) adds an instance."""
+        planned = self.planning_rates(pool, rates, now_s)
+        if self._next_epoch_s is None:
+            self._next_epoch_s = now_s
+        epoch = now_s >= self._next_epoch_s
+        current = self._shape.get(pool)
+        cfg = self.config
+        best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available)
+        if best is None:  # nothing carries the load: everything at the top shape that fits
+            tp = max(self.profile.tensor_parallel_degrees)
+            best = PoolShape(tp, max(gpus_available // tp, cfg.min_instances, 1), self.max_clock_mhz, math.inf)
+        if current is None:
+            self._shape[pool] = best
+            return best
+        if best.tensor_parallel != current.tensor_parallel:
+            same_tp = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances,
+                                     gpus_available, only_tp=current.tensor_parallel)
+            if same_tp is not None and not (epoch and self._pays(same_tp, best)):
+                best = same_tp  # keep the TP until an epoch finds the switch worth its cost
+        instances = best.instances
+        if overloaded:
+            instances = max(instances, current.instances + 1)
+        if best.tensor_parallel == current.tensor_parallel and instances < current.instances:
+            since = self._lower_since.setdefault(pool, now_s)
+            if now_s - since < cfg.downscale_hold_s:
+                instances = current.instances
+            else:
+                self._lower_since.pop(pool, None)
+        else:
+            self._lower_since.pop(pool, None)
+        shape = PoolShape(best.tensor_parallel, instances, best.clock_mhz, best.power_w)
+        self._shape[pool] = shape
+        return shape
+
+    def end_epoch(self, now_s: float) -> None:
+        if self._next_epoch_s is not None and now_s >= self._next_epoch_s:
+            self._next_epoch_s = now_s + self.pool_epoch_s
+
+    def _pays(self, now: PoolShape, new: PoolShape) -> bool:
+        """The watts a TP switch saves over an epoch exceed what it burns getting there
+        (the new replicas start while the old ones serve)."""
+        saved_j = (now.power_w - new.power_w) * self.pool_epoch_s
+        return saved_j > self.reconfigure_cost_s * new.power_w

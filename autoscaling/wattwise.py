@@ -1,0 +1,106 @@
+"""The one controller: the five papers as layers of one policy, each decision with one owner.
+
+| decision | owner | where it runs |
+| --- | --- | --- |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile) | this policy, every control tick; TP on pool epochs |
+| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks |
+| a replica's batch limit | Chiron's local autoscaler (Algorithm 1) | each replica |
+| interactive before batch work on every replica, batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher |
+| a request's length class and projected output | Mico's predictor (its measured error widens throttLL'eM's projections) | the ingress / the simulator's classifier |
+
+The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
+by two layers. Policies of one paper alone stay in the registry for ablations.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from autoscaling.dynamollm.shape_planner import PoolShapePlanner, ShapePlannerConfig
+from core.classes import LengthClassConfig
+from core.overheads import OverheadTable
+from core.plan import ClusterPlan
+from core.plan_ownership import compose
+from core.view import ClusterView, DeploymentView
+from energy.calibration import default_perf_model
+from energy.profile import EnergyProfile
+from energy.profile_builder import build_profile
+
+
+class WattwiseConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    pools: dict[str, list[str]] = Field(description="Deployment name -> the length classes it serves.")
+    cluster_gpus: int = Field(default=96, gt=0, description="GPUs the pools may hold together.")
+    model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
+    hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
+    profile_path: str | None = Field(default=None, description=(
+        "An energy profile from `wattwise profile --out`; None builds one from the perf model."))
+    planner: ShapePlannerConfig = Field(default_factory=ShapePlannerConfig,
+                                        description="DynamoLLM layer: how pool shapes follow load.")
+    plan_interval_s: float = Field(default=5.0, gt=0, description=(
+        "Re-plan instances and clock bands this often (DynamoLLM's instance epoch)."))
+    pool_epoch_s: float = Field(default=300.0, gt=0, description=(
+        "TP changes are considered this often (DynamoLLM's pool epoch)."))
+    overload_queue_per_replica: float = Field(default=4.0, gt=0, description=(
+        "Requests waiting per replica beyond which a pool gets an instance at once."))
+    overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
+        "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
+
+
+class WattwisePolicy:
+    """A snapshot in, one plan out; the per-step layers live in the replicas' hooks."""
+
+    def __init__(self, config: WattwiseConfig, profile: EnergyProfile | None = None) -> None:
+        self.config = config
+        self.lengths = LengthClassConfig()
+        if profile is None:
+            profile = (EnergyProfile.load(config.profile_path) if config.profile_path
+                       else build_profile(default_perf_model(config.model, config.hardware)))
+        self.profile = profile
+        self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
+                                        reconfigure_cost_s=config.overheads.reshard_s,
+                                        pool_epoch_s=config.pool_epoch_s)
+        self.max_clock_mhz = max(profile.clocks_mhz)
+        self._next_plan_s = 0.0
+        self._last: ClusterPlan | None = None
+
+    def _overloaded(self, dep: DeploymentView | None) -> bool:
+        """Requests pile up beyond the plan's expectation and no instance is on its way."""
+        if dep is None or dep.target_replicas > dep.current_replicas:
+            return False
+        if not dep.replica_stats:
+            return dep.queued_outside > 0
+        queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
+        return queued > self.config.overload_queue_per_replica * len(dep.replica_stats)
+
+    def _dynamollm_layer(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        replicas: dict[str, int] = {}
+        tp: dict[str, int] = {}
+        band: dict[str, tuple[int, int]] = {}
+        held = {name: (s.instances * s.tensor_parallel if (s := self.planner.shape(name)) else 0)
+                for name in self.config.pools}
+        for name, classes in self.config.pools.items():
+            dep = view.deployments.get(name)
+            rates = {cls: 0.0 for cls in classes}
+            for stats in dep.replica_stats if dep else ():
+                for cls, r in stats.class_rates_per_s.items():
+                    rates[cls] = rates.get(cls, 0.0) + r
+            free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
+            shape = self.planner.plan(name, rates, free, self._overloaded(dep), now_s)
+            held[name] = shape.instances * shape.tensor_parallel
+            replicas[name], tp[name] = shape.instances, shape.tensor_parallel
+            band[name] = (shape.clock_mhz, self.max_clock_mhz)
+        self.planner.end_epoch(now_s)
+        return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band, reason="dynamollm planner")
+
+    def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        if self._last is not None and now_s < self._next_plan_s:
+            return self._last
+        self._next_plan_s = now_s + self.config.plan_interval_s
+        self._last = compose({"dynamollm": self._dynamollm_layer(view, now_s)})
+        return self._last
+
+
+def make_wattwise(**kwargs) -> WattwisePolicy:  # noqa: ANN003 - policy_kwargs from YAML
+    return WattwisePolicy(WattwiseConfig(**kwargs))
