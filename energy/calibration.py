@@ -98,10 +98,19 @@ def fit_perf_model(
     return PerfModel(GPUS[hardware], MODELS[model], fits)
 
 
-@lru_cache(maxsize=8)
-def default_perf_model(model: str = "llama2-70b", hardware: str = "h100-80gb") -> PerfModel:
-    """Fitted once per process; the model is immutable so sharing it is safe."""
-    return fit_perf_model(model, hardware)
+@lru_cache(maxsize=16)
+def default_perf_model(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> PerfModel:
+    """Fitted once per process; the model is immutable so sharing it is safe. Without a
+    profile, Splitwise's fit; with one (a name in energy.profiles.PROFILE_NAMES), that
+    profile sized as `model`, which must be for `hardware`."""
+    if profile is None:
+        return fit_perf_model(model, hardware)
+    from energy.profiles import PROFILES, perf_model_for  # profiles build on the Splitwise fit above
+
+    perf = perf_model_for(profile, model)
+    if PROFILES[profile].hardware != hardware:
+        raise ValueError(f"perf profile {profile!r} is for {PROFILES[profile].hardware}, not {hardware}")
+    return perf
 
 
 def is_held_out(m: Measurement) -> bool:

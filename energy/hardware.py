@@ -1,7 +1,9 @@
 """GPU and model specifications the performance/power model is built from.
 
 Power figures are Splitwise's simulator config (per GPU: idle, prompt phase, token
-phase at max clock); clock ranges are DynamoLLM's (0.8-2.0 GHz on H100).
+phase at max clock); clock ranges are DynamoLLM's (0.8-2.0 GHz on H100). HBM bandwidth
+is the datasheet peak; the ML.ENERGY profiles (energy.mlenergy_calibration) use it to cost
+KV-cache reads, which their batch sweeps cannot separate from per-sequence work.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ class GpuSpec(BaseModel):
     prompt_compute_share: float = Field(default=0.85, ge=0, le=1)
     token_compute_share: float = Field(default=0.3, ge=0, le=1)
     price_per_hour: float = Field(default=2.5, ge=0)
+    hbm_tb_per_s: float | None = Field(default=None, gt=0)
 
     def supported_clocks_mhz(self) -> list[int]:
         clocks = list(range(self.min_clock_mhz, self.max_clock_mhz, self.clock_step_mhz))
@@ -96,11 +99,18 @@ class ModelSpec(BaseModel):
 GPUS: dict[str, GpuSpec] = {
     "h100-80gb": GpuSpec(
         name="h100-80gb", memory_gib=80, min_clock_mhz=800, max_clock_mhz=1980,
-        idle_w=75, prompt_w=700, token_w=380, price_per_hour=4.0,
+        idle_w=75, prompt_w=700, token_w=380, price_per_hour=4.0, hbm_tb_per_s=3.35,
     ),
     "a100-80gb": GpuSpec(
         name="a100-80gb", memory_gib=80, min_clock_mhz=600, max_clock_mhz=1410,
-        idle_w=63, prompt_w=400, token_w=250, price_per_hour=2.0,
+        idle_w=63, prompt_w=400, token_w=250, price_per_hour=2.0, hbm_tb_per_s=2.04,
+    ),
+    # DGX B200 (1000 W TDP). Not in Splitwise: idle (H100's share of TDP) and the lower clock
+    # are assumed; token_w is ML.ENERGY's Llama-70B decode power at batch >= 128. Only the
+    # ML.ENERGY profiles use it, and their decode power is a measured curve over batch.
+    "b200-180gb": GpuSpec(
+        name="b200-180gb", memory_gib=179, min_clock_mhz=800, max_clock_mhz=1965,
+        idle_w=110, prompt_w=1000, token_w=950, price_per_hour=6.0, hbm_tb_per_s=8.0,
     ),
 }
 
@@ -112,5 +122,15 @@ MODELS: dict[str, ModelSpec] = {
     "bloom-176b": ModelSpec(
         name="bloom-176b", params_b=176.0, layers=70, kv_heads=112, head_dim=128, hidden=14336,
         max_context_tokens=8192,
+    ),
+    # Llama-3.1-70B and 3.3-70B share Llama-2-70B's shape (80 layers, hidden 8192, 8 KV
+    # heads), so one ML.ENERGY profile sizes all three; only the context window differs.
+    "llama3.1-70b": ModelSpec(
+        name="llama3.1-70b", params_b=70.6, layers=80, kv_heads=8, head_dim=128, hidden=8192,
+        max_context_tokens=131072,
+    ),
+    "llama3.1-8b": ModelSpec(
+        name="llama3.1-8b", params_b=8.03, layers=32, kv_heads=8, head_dim=128, hidden=4096,
+        max_context_tokens=131072,
     ),
 }

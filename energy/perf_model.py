@@ -4,7 +4,9 @@ Latency: a fitted base at max clock, split into a compute-bound share that stret
 as 1/clock and a memory-bound share that does not (prefill is mostly the former,
 decode mostly the latter). Power: idle plus an above-idle part whose core share
 follows DVFS (linear below the voltage knee, cubic above it) and whose memory share
-is flat. Both are shared by the real-time sim engine and the simulator.
+is flat. Decode power at max clock is the GPU's constant token_w, or, for a profile
+fitted on ML.ENERGY's sweeps, a measured curve over load (energy.power_curve). Both are
+shared by the real-time sim engine and the simulator.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from energy.hardware import GpuSpec, ModelSpec
+from energy.power_curve import DecodePowerCurve
 
 
 @dataclass(frozen=True)
@@ -43,12 +46,15 @@ class IterationCost:
 class PerfModel:
     """Latency and power for a (GPU, model) pair at any supported TP and clock."""
 
-    def __init__(self, gpu: GpuSpec, model: ModelSpec, fits: dict[int, PhaseFit]) -> None:
+    def __init__(
+        self, gpu: GpuSpec, model: ModelSpec, fits: dict[int, PhaseFit], decode_power: DecodePowerCurve | None = None
+    ) -> None:
         if not fits:
             raise ValueError("a performance model needs at least one TP fit")
         self.gpu = gpu
         self.model = model
         self.fits = dict(sorted(fits.items()))
+        self.decode_power = decode_power
 
     @property
     def tensor_parallel_degrees(self) -> list[int]:
@@ -74,14 +80,28 @@ class PerfModel:
         volt = max(x, self.gpu.voltage_knee)
         return x * volt * volt
 
-    def phase_power_w(self, phase: str, clock_mhz: float) -> float:
-        """Power of one GPU busy in `phase` ('prompt' or 'token') at `clock_mhz`."""
-        if phase == "prompt":
-            peak, core_share = self.gpu.prompt_w, self.gpu.prompt_core_power_share
-        else:
-            peak, core_share = self.gpu.token_w, self.gpu.token_core_power_share
-        active = peak - self.gpu.idle_w
+    def _at_clock_w(self, peak_w: float, core_share: float, clock_mhz: float) -> float:
+        """Power of one GPU that draws `peak_w` at max clock, moved to `clock_mhz` by DVFS."""
+        active = peak_w - self.gpu.idle_w
         return self.gpu.idle_w + active * (core_share * self.core_power_factor(clock_mhz) + 1 - core_share)
+
+    def phase_power_w(self, phase: str, clock_mhz: float) -> float:
+        """Power of one GPU busy in `phase` ('prompt' or 'token') at `clock_mhz`. With a
+        measured decode curve, a caller that knows no batch gets its saturated power."""
+        if phase == "prompt":
+            return self._at_clock_w(self.gpu.prompt_w, self.gpu.prompt_core_power_share, clock_mhz)
+        peak_w = self.gpu.token_w if self.decode_power is None else self.decode_power.saturated_w
+        return self._at_clock_w(peak_w, self.gpu.token_core_power_share, clock_mhz)
+
+    def decode_power_w(self, batch: float, context_tokens: float, tp: int, clock_mhz: float) -> float:
+        """Power of one GPU in a decode step of `batch` sequences: the measured curve over
+        load where the profile has one, else the token-phase constant."""
+        if self.decode_power is None:
+            return self.phase_power_w("token", clock_mhz)
+        f = self._fit(tp)
+        per_seq_ms = f.d1 * batch + f.d2 * context_tokens
+        share = per_seq_ms / (f.d0 + per_seq_ms) if per_seq_ms > 0 else 0.0
+        return self._at_clock_w(self.decode_power.power_w(share), self.gpu.token_core_power_share, clock_mhz)
 
     def prefill_time_s(self, tokens: int, sum_sq_tokens: float, tp: int, clock_mhz: float) -> float:
         f = self._fit(tp)
@@ -118,7 +138,8 @@ class PerfModel:
             t_decode = 0.0
         total = t_prefill + t_decode
         power_per_gpu = (
-            t_prefill * self.phase_power_w("prompt", clock_mhz) + t_decode * self.phase_power_w("token", clock_mhz)
+            t_prefill * self.phase_power_w("prompt", clock_mhz)
+            + t_decode * self.decode_power_w(decode_batch, decode_context_tokens, tp, clock_mhz)
         ) / total
         return IterationCost(total, power_per_gpu * tp)
 

@@ -19,7 +19,7 @@ commands:
   demo       start the app on simulated GPUs and replay the Azure conversation trace through it
   serve      run the app: `serve run` on serve_config.yaml (or --config PATH)
   simulate   replay a trace through the same policies in the discrete-event simulator
-  calibrate  fit the performance model and print its held-out error
+  calibrate  fit every perf/power profile and print its held-out error
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
   plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
@@ -37,15 +37,36 @@ def _serve(argv: list[str]) -> int:
 
 def _calibrate(argv: list[str]) -> int:
     from energy.calibration import holdout_report, power_cap_report
+    from energy.mlenergy_calibration import holdouts
+    from energy.profiles import MLENERGY_SOURCES, PROFILES
 
-    print(f"{'model':<12} {'hardware':<12} {'train':>6} {'test':>5} {'prompt MAPE':>12} {'token MAPE':>11}")
-    for model, hw in (("llama2-70b", "h100-80gb"), ("llama2-70b", "a100-80gb"), ("bloom-176b", "h100-80gb")):
-        r = holdout_report(model, hw)
-        print(f"{model:<12} {hw:<12} {r.train_rows:>6} {r.test_rows:>5} {r.prompt_mape_pct:>11.1f}% "
-              f"{r.token_mape_pct:>10.1f}%")
+    print("Splitwise profiles (energy/data/perf_model.csv), ~20% of configurations held out:")
+    print(f"{'profile':<27} {'train':>6} {'test':>5} {'prompt MAPE':>12} {'token MAPE':>11}")
+    for name, profile in PROFILES.items():
+        if name not in MLENERGY_SOURCES:
+            r = holdout_report(profile.models[0], profile.hardware)
+            print(f"{name:<27} {r.train_rows:>6} {r.test_rows:>5} {r.prompt_mape_pct:>11.1f}% "
+                  f"{r.token_mape_pct:>10.1f}%")
     prompt, token = power_cap_report()
     print(f"power-capped H100 (350 W/GPU) predicted from the uncapped fit: prompt MAPE {prompt:.1f}%, "
           f"token MAPE {token:.1f}%")
+
+    results = holdouts(MLENERGY_SOURCES)
+    print("\nML.ENERGY profiles (energy/data/mlenergy_llama3.csv), whole configurations held out:")
+    print(f"{'profile':<27} {'held out':<18} {'train':>5} {'test':>4} {'ITL MAPE':>9} {'max':>6} "
+          f"{'power MAPE':>11} {'J/tok MAPE':>11} {'max':>6}")
+    for h in results:
+        print(f"{h.profile:<27} {h.split:<18} {h.train_rows:>5} {len(h.predictions):>4} "
+              f"{h.mape_pct('itl_ms'):>8.1f}% {h.max_error_pct('itl_ms'):>5.1f}% {h.mape_pct('power_w'):>10.1f}% "
+              f"{h.mape_pct('j_per_token'):>10.1f}% {h.max_error_pct('j_per_token'):>5.1f}%")
+    print(f"\n{'profile':<27} {'held out':<18} {'checkpoint':<24} {'seqs':>5} {'ITL ms':>7} {'pred':>6} "
+          f"{'power W':>8} {'pred':>6} {'J/tok':>6} {'pred':>6}")
+    for h in results:
+        for p in h.predictions:
+            r = p.row
+            print(f"{h.profile:<27} {h.split:<18} {r.model_id.split('/')[-1]:<24} {r.max_num_seqs:>5} "
+                  f"{r.itl_ms:>7.1f} {p.itl_ms:>6.1f} {r.power_w:>8.0f} {p.power_w:>6.0f} "
+                  f"{r.j_per_token:>6.3f} {p.j_per_token:>6.3f}")
     return 0
 
 

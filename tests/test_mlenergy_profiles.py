@@ -1,0 +1,72 @@
+"""Named perf/power profiles fitted on the ML.ENERGY Leaderboard, against rows kept out of the fit."""
+
+import pytest
+
+from energy.calibration import default_perf_model
+from energy.mlenergy_calibration import Holdout, holdout, holdouts, later_checkpoint
+from energy.profiles import MLENERGY_SOURCES, PROFILE_NAMES, perf_model_for
+
+
+@pytest.mark.parametrize("holdout_result", holdouts(MLENERGY_SOURCES), ids=lambda h: f"{h.profile}:{h.split}")
+def test_held_out_itl_and_energy_per_token_within_15pct(holdout_result: Holdout) -> None:
+    """Whole configurations (every other batch size; or the later checkpoint) kept out of the fit."""
+    assert len(holdout_result.predictions) >= 5
+    assert holdout_result.max_error_pct("itl_ms") < 15
+    assert holdout_result.max_error_pct("j_per_token") < 15
+    assert holdout_result.mape_pct("power_w") < 10
+
+
+def test_every_profile_is_held_out_on_alternate_batch_sizes() -> None:
+    assert {(h.profile, h.split) for h in holdouts(MLENERGY_SOURCES)} >= {
+        (name, "every other batch") for name in MLENERGY_SOURCES}
+    h = holdout("mlenergy-llama3-70b-h100", MLENERGY_SOURCES["mlenergy-llama3-70b-h100"], later_checkpoint)
+    assert {p.row.model_id for p in h.predictions} == {"meta-llama/Llama-3.3-70B-Instruct"}
+
+
+def test_rows_beyond_kv_capacity_are_not_fitted() -> None:
+    assert max(r.max_num_seqs for r in MLENERGY_SOURCES["mlenergy-llama3-70b-b200"].rows()) == 1536
+
+
+def test_current_stack_decodes_much_faster_than_splitwise() -> None:
+    """Issue 19: a decode step at batch 64 and 1k context, TP4 H100: Splitwise ~54 ms, vLLM today ~17-22 ms."""
+    current = perf_model_for("mlenergy-llama3-70b-h100").decode_time_s(64, 64 * 1000, 4, 1980)
+    splitwise = default_perf_model().decode_time_s(64, 64 * 1000, 4, 1980)
+    assert current < 0.6 * splitwise
+    assert 0.015 < current < 0.03
+
+
+@pytest.mark.parametrize("name", list(MLENERGY_SOURCES))
+def test_decode_power_rises_with_batch_and_falls_with_clock(name: str) -> None:
+    pm = perf_model_for(name)
+    tp, max_clock = pm.tensor_parallel_degrees[0], pm.gpu.max_clock_mhz
+    power = [pm.decode_power_w(b, b * 450, tp, max_clock) for b in (1, 8, 64, 256, 1024)]
+    assert power == sorted(power)
+    assert power[3] > 1.05 * power[1]  # measured 8 -> 256: +9% on B200, +30% on H100
+    assert pm.decode_power_w(64, 64 * 450, tp, 1200) < pm.decode_power_w(64, 64 * 450, tp, max_clock)
+    busy, light = (pm.iteration(0, 0, b, b * 450, tp, max_clock).power_w for b in (256, 8))
+    assert busy > light
+
+
+def test_default_profile_is_unchanged() -> None:
+    """Splitwise's fit stays the default, with a constant decode power and the same numbers."""
+    pm = default_perf_model("llama2-70b", "h100-80gb")
+    assert pm.decode_power is None
+    step = pm.iteration(2048, 2048**2, 16, 16000, 8, 1980)
+    assert (step.time_s, step.power_w) == (0.176420638409451, 5511.922695159266)
+    step = pm.iteration(0, 0, 64, 64000, 4, 1400)
+    assert (step.time_s, step.power_w) == (0.057715960759476666, 1125.6345621298176)
+    assert default_perf_model("llama2-70b", "h100-80gb", "splitwise-llama2-70b-h100").fits == pm.fits
+
+
+def test_profiles_are_selectable_by_name() -> None:
+    assert set(MLENERGY_SOURCES) < set(PROFILE_NAMES)
+    as_llama2 = default_perf_model("llama2-70b", "h100-80gb", "mlenergy-llama3-70b-h100")
+    as_llama3 = perf_model_for("mlenergy-llama3-70b-h100")
+    assert (as_llama2.model.name, as_llama3.model.name) == ("llama2-70b", "llama3.1-70b")
+    assert as_llama2.fits == as_llama3.fits
+    with pytest.raises(ValueError, match="known"):
+        perf_model_for("no-such-profile")
+    with pytest.raises(ValueError, match="b200-180gb"):
+        default_perf_model("llama3.1-70b", "h100-80gb", "mlenergy-llama3-70b-b200")
+    with pytest.raises(ValueError, match="sizes"):
+        perf_model_for("mlenergy-llama3.1-8b-h100", "llama3.1-70b")
