@@ -13,10 +13,13 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from energy.clock_governor import ClockGovernor
-from energy.gpu_control import open_gpus
+from energy.gpu_control import GpuControlError, open_gpus
 from energy.hardware import GPUS
 
 NAMESPACE = "wattwise"
+# Replicas resend their target every second, so a GPU held at default clocks adds a refusal
+# record per second: keep the newest records only.
+MAX_HISTORY = 10_000
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
@@ -28,8 +31,25 @@ class GpuControlActor:
         return self.governor.gpus.backend
 
     def set_clock(self, indices: list[int], clock_mhz: float) -> list[int | None]:
+        """The clock each GPU was locked at, or None where the governor refused (rate limit,
+        hold after an error) or NVML failed: the caller retries those later."""
         now = time.monotonic()
-        return [self.governor.set_clock(i, clock_mhz, now) for i in indices]
+        applied = [self.governor.set_clock(i, clock_mhz, now) for i in indices]
+        del self.governor.history[:-MAX_HISTORY]
+        return applied
+
+    def clocks_mhz(self, indices: list[int]) -> list[int | None]:
+        """The clocks the GPUs run at, read back (NVML's graphics clock; the modelled GPU's
+        locked clock, else its maximum): what dashboards show as applied, which differs from
+        the replica's target while a change is refused or after a fail-static reset. None
+        for a GPU that cannot be read."""
+        out: list[int | None] = []
+        for i in indices:
+            try:
+                out.append(self.governor.gpus.clock_mhz(i))
+            except GpuControlError:
+                out.append(None)
+        return out
 
     def energy_j(self, indices: list[int]) -> float:
         """Energy of the GPUs that could be read; one that fails is reset to default clocks."""

@@ -43,7 +43,11 @@ class ReplicaMetrics:
         )
         self.energy = metrics.Gauge("wattwise_energy_joules", "GPU energy of the replica since start.", ("pool",))
         self.power = metrics.Gauge("wattwise_power_watts", "GPU power draw of the replica.", ("pool",))
-        self.clock = metrics.Gauge("wattwise_gpu_clock_mhz", "Locked GPU clock.", ("pool",))
+        self.clock = metrics.Gauge(
+            "wattwise_gpu_clock_mhz", "GPU clock the replica's GPUs run at (read back; modelled GPUs: the engine's).",
+            ("pool",))
+        self.clock_target = metrics.Gauge(
+            "wattwise_gpu_clock_target_mhz", "GPU clock the engine asks for (plan or throttling).", ("pool",))
         self.kv = metrics.Gauge("wattwise_kv_cache_usage_ratio", "Share of KV blocks in use.", ("pool",))
         self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
@@ -68,11 +72,15 @@ class ReplicaMetrics:
             self.request_energy.inc(usage.energy_j, tags)
         self.requests.inc(1, {**tags, "finish_reason": finish_reason})
 
-    def record_stats(self, stats: ReplicaStats) -> None:
+    def record_stats(self, stats: ReplicaStats, applied_clock_mhz: float | None) -> None:
+        """`applied_clock_mhz`: what the GPUs run at; None (not read back yet) leaves the
+        clock gauge as it was rather than report the target as applied."""
         tags = {"pool": self.pool}
         self.energy.set(stats.energy_j, tags)
         self.power.set(stats.power_w, tags)
-        self.clock.set(stats.clock_mhz, tags)
+        self.clock_target.set(stats.clock_mhz, tags)
+        if applied_clock_mhz is not None:
+            self.clock.set(applied_clock_mhz, tags)
         self.kv.set(stats.kv_utilisation, tags)
         self.running.set(stats.running_requests, tags)
         self.waiting.set(stats.queued_requests, tags)

@@ -12,6 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+import ray
 from ray import serve
 
 from app.splitwise_config import SplitwiseServeConfig
@@ -47,6 +48,8 @@ class LLMReplica:
             self.engine.set_batch_limit(self.local.limit)
         self._local_task: asyncio.Task | None = None
         self._clock_task: asyncio.Task | None = None
+        # What the GPUs run at, as the GPU-control actor reads it back (None: not read yet).
+        self.applied_clock_mhz: float | None = None
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
 
     def _ensure_following_plan(self) -> None:
@@ -58,15 +61,24 @@ class LLMReplica:
             self._clock_task = asyncio.get_running_loop().create_task(self._forward_clock())
 
     async def _forward_clock(self, period_s: float = 1.0) -> None:
-        """Engine-side clock choices (throttLL'eM's per-step throttling) reach the real
-        GPUs through the node's privileged actor, off the request path and rate-limited there."""
+        """Engine-side clock choices (throttLL'eM's per-step throttling, the plan's clock) reach
+        the real GPUs through the node's privileged actor, off the request path and
+        rate-limited there. The target is sent every period, not once: a change the actor
+        refused (rate limit, hold after an NVML error, a restarting actor) or undid (fail-static
+        reset) is sent again, and the governor skips a lock the GPU already has without
+        calling NVML. Each period also reads back the clocks the GPUs run at, which is what
+        the clock metric reports (not the target)."""
         actor = gpu_actor_for_this_node(self.engine.config.hardware)
-        forwarded = None
         while True:
             clock = self.engine.stats().clock_mhz
-            if clock and clock != forwarded:
-                actor.set_clock.remote(self.gpu_ids, clock)
-                forwarded = clock
+            try:
+                if clock:
+                    await actor.set_clock.remote(self.gpu_ids, clock)
+                read = [c for c in await actor.clocks_mhz.remote(self.gpu_ids) if c is not None]
+                self.applied_clock_mhz = float(min(read)) if read else None
+            except ray.exceptions.RayError as exc:  # the actor restarts (max_restarts=-1): try again
+                logger.warning("wattwise: GPU-control actor unavailable (%s); retrying the clock", exc)
+                self.applied_clock_mhz = None
             await asyncio.sleep(period_s)
 
     async def _local_autoscale(self, period_s: float = 1.0) -> None:
@@ -97,6 +109,8 @@ class LLMReplica:
             self.engine.set_batch_limit(plan.batch_limit[name])
         if name in plan.clock_mhz:
             self.engine.set_clock(plan.clock_mhz[name])  # real GPUs follow via _forward_clock
+        if name in plan.clock_band_mhz:
+            self.engine.set_clock_band(*plan.clock_band_mhz[name])
 
     async def check_health(self) -> None:
         """Serve calls this every few seconds: it also keeps the plan follower alive."""
@@ -190,7 +204,8 @@ class LLMReplica:
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         stats = self.engine.stats()
-        self.metrics.record_stats(stats)
+        # Modelled GPUs run at the engine's clock; real ones at what the actor read back.
+        self.metrics.record_stats(stats, self.applied_clock_mhz if self.gpu_ids else stats.clock_mhz)
         return stats.to_metrics()
 
     def record_routing_stats(self) -> dict[str, float]:

@@ -156,5 +156,7 @@ def test_ports(cluster) -> None:
     worker = " ".join(config["worker_start_ray_commands"])
     assert "--dashboard-port=8265" in head and "--dashboard-host=0.0.0.0" in head
     assert "--metrics-export-port=8080" in head and "--metrics-export-port=8080" in worker
+    # wattwise's Grafana dashboard is provisioned with Ray's (dashboards/README.md).
+    assert "RAY_METRICS_GRAFANA_DASHBOARD_OUTPUT_DIR=" in head and "dashboards/wattwise.json" in head
     serve = yaml.safe_load((ROOT / "serve_config.gpu.yaml").read_text())
     assert serve["http_options"]["port"] == 8000
