@@ -14,9 +14,11 @@ by two layers. Policies of one paper alone stay in the registry for ablations.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
-from autoscaling.dynamollm.shape_planner import PoolShapePlanner, ShapePlannerConfig
+from autoscaling.dynamollm.shape_planner import PoolShape, PoolShapePlanner, ShapePlannerConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -74,6 +76,13 @@ class WattwisePolicy:
         queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
         return queued > self.config.overload_queue_per_replica * len(dep.replica_stats)
 
+    def _running(self, dep: DeploymentView | None) -> PoolShape | None:
+        """The shape a pool runs now, from its replicas' reports."""
+        if dep is None or not dep.replica_stats:
+            return None
+        tp = dep.replica_stats[0].tensor_parallel
+        return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
+
     def _dynamollm_layer(self, view: ClusterView, now_s: float) -> ClusterPlan:
         replicas: dict[str, int] = {}
         tp: dict[str, int] = {}
@@ -87,7 +96,7 @@ class WattwisePolicy:
                 for cls, r in stats.class_rates_per_s.items():
                     rates[cls] = rates.get(cls, 0.0) + r
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
-            shape = self.planner.plan(name, rates, free, self._overloaded(dep), now_s)
+            shape = self.planner.plan(name, rates, free, self._overloaded(dep), self._running(dep), now_s)
             held[name] = shape.instances * shape.tensor_parallel
             replicas[name], tp[name] = shape.instances, shape.tensor_parallel
             band[name] = (shape.clock_mhz, self.max_clock_mhz)

@@ -281,12 +281,13 @@ class ContinuousBatcher:
         self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
 
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
-        """Bound the clock hooks' choices (the planner's band for this pool); the current
-        clock moves into the band at once."""
+        """Bound the clock hook's choices (the planner's band for this pool). The current
+        clock moves into the band at once; a batcher without a clock hook runs at the
+        band's floor, the clock the planner chose for the load."""
         if low_mhz > high_mhz:
             raise ValueError(f"clock band [{low_mhz}, {high_mhz}] MHz is empty")
         self.clock_band_mhz = (float(low_mhz), float(high_mhz))
-        self.set_clock(self.clamp_to_band(self.clock_mhz))
+        self.set_clock(self.clamp_to_band(self.clock_mhz) if self.clock_policy is not None else low_mhz)
 
     def clamp_to_band(self, clock_mhz: float) -> float:
         if self.clock_band_mhz is None:

@@ -18,10 +18,12 @@ from autoscaling.splitwise.config import MachineConfig
 from autoscaling.splitwise.machine import machine_policies
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
+from core.overheads import OverheadTable
 from core.request import Request
 from core.stats import ReplicaStats
 from core.token_counter import default_token_counter
 from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
+from engines.hook_chains import chain_admission, chain_clock, chain_preemption
 from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
 
@@ -60,9 +62,12 @@ class SimEngineConfig(BaseModel):
     max_waiting_requests: int | None = Field(default=256, gt=0)
     shed_wait_factor: float | None = Field(default=10.0, gt=0)
     # throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz.
+    # Its length_error defaults to the ingress predictor's measured overrun when left at 0.
     throttllem: ThrottllemConfig | None = None
-    # Splitwise: the replica's phase pool picks its batcher hooks (§IV-B); None: none.
+    # Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none.
     splitwise: MachineConfig | None = None
+    overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
+        "What a TP or plan clock change stalls the replica for: the table the planners and the simulator use."))
 
 
 def placeholder_text(request_id: str, start: int, count: int) -> str:
@@ -87,11 +92,20 @@ class SimEngine:
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
             ),
         )
+        # Every paper's hooks run as ordered chains: none replaces another's.
+        admissions, clocks, preemptions = [], [], []
         if config.throttllem is not None:
-            self.batcher.admission, self.batcher.clock_policy = replica_policies(
-                perf, self.batcher.config, config.throttllem)
+            admission, clock_policy = replica_policies(perf, self.batcher.config, config.throttllem)
+            admissions.append(admission)
+            clocks.append(clock_policy)
         if config.splitwise is not None:
-            self.batcher.admission, self.batcher.preemption = machine_policies(config.splitwise)
+            admission, preemption = machine_policies(config.splitwise)
+            admissions.append(admission)
+            preemptions.append(preemption)
+        self.batcher.admission = chain_admission(admissions)
+        self.batcher.clock_policy = chain_clock(clocks)
+        self.batcher.preemption = chain_preemption(preemptions)
+        self._stalled_until_s = 0.0
         self.max_context_tokens = perf.model.max_context_tokens
         self._token_counter = default_token_counter()  # loaded at start (~0.1 s), not per request
         self._queues: dict[str, asyncio.Queue] = {}
@@ -112,10 +126,26 @@ class SimEngine:
         return self.batcher.min_tbt_slo_s()
 
     def set_clock(self, clock_mhz: float) -> None:
+        before = self.batcher.clock_mhz
         self.batcher.set_clock(clock_mhz)
+        if self.batcher.clock_mhz != before:
+            self._stall(self.config.overheads.clock_change_s)
+
+    def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
+        before = self.batcher.clock_mhz
+        self.batcher.set_clock_band(low_mhz, high_mhz)
+        if self.batcher.clock_mhz != before:
+            self._stall(self.config.overheads.clock_change_s)
 
     def set_tensor_parallel(self, tp: int) -> None:
+        """A TP change restarts the engine at the new TP: the replica stalls for
+        `overheads.reshard_s`, as the simulator charges and the planners assume."""
         self.batcher.set_tensor_parallel(tp)
+        self._stall(self.config.overheads.reshard_s)
+
+    def _stall(self, seconds: float) -> None:
+        self._stalled_until_s = max(self._stalled_until_s, self._clock()) + seconds
+        self._wakeup.set()
 
     def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
         return self._stream(request, lambda: self.batcher.add(request, self._clock()))
@@ -183,6 +213,10 @@ class SimEngine:
                     queue = self._queues.get(seq.request_id)
                     if queue is not None:
                         queue.put_nowait(_SQUASHED)
+            stalled_s = self._stalled_until_s - self._clock()
+            if stalled_s > 0:
+                await asyncio.sleep(stalled_s)
+                continue
             step = self.batcher.plan_step(self._clock())
             if step is None:
                 self._wakeup.clear()

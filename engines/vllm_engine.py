@@ -185,6 +185,10 @@ class VllmEngine:
             return
         self._clock_mhz = clock_mhz
 
+    def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
+        """vLLM has no per-step clock hook here: it runs at the band's floor."""
+        self.set_clock(low_mhz)
+
     def set_tensor_parallel(self, tp: int) -> None:
         raise TensorParallelChangeUnsupported(
             f"a vLLM replica cannot change TP in place ({self.config.tensor_parallel} -> {tp}): deploy a pool "

@@ -30,7 +30,8 @@ from energy.calibration import default_perf_model
 from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.length_prediction import default_predictor_error, predicted_by_predictor, predicted_with_noise
+from app.predictor_confusion import default_predictor_error
+from sim.length_prediction import predicted_by_predictor, predicted_with_noise
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
 from sim.workload import Workload
@@ -435,19 +436,23 @@ class Simulator:
                 for r in pool.replicas:
                     if r.batcher is not None:
                         r.batcher.set_clock_band(*pool.clock_band_mhz)
-                        r.clock_mhz = r.batcher.clock_mhz
+                        self._charge_clock_change(r, now)
             pool.target = min(max(plan.replicas.get(name, pool.target), 0), pool.setup.max_replicas)
             self._reconcile(pool, now)
 
     def _set_clock(self, pool: Pool, clock_mhz: float, now: float) -> None:
         pool.clock_mhz = clock_mhz
-        stall = self.config.overheads.clock_change_s
         for r in pool.replicas:
             if r.batcher is None or r.clock_mhz == clock_mhz:
                 continue
             r.batcher.set_clock(clock_mhz)
-            r.clock_mhz = clock_mhz
-            r.stall_until_s = max(now, r.step.end_s if r.step is not None else now) + stall
+            self._charge_clock_change(r, now)
+
+    def _charge_clock_change(self, r: SimReplica, now: float) -> None:
+        """A clock the plan moved stalls the replica (OverheadTable.clock_change_s)."""
+        if r.batcher.clock_mhz != r.clock_mhz:
+            r.clock_mhz = r.batcher.clock_mhz
+            r.stall_until_s = max(now, r.step.end_s if r.step is not None else now) + self.config.overheads.clock_change_s
 
     def _reconcile(self, pool: Pool, now: float) -> None:
         """Move the pool toward `target` replicas at its TP, replacing other-TP ones."""

@@ -10,40 +10,9 @@ noise of a given p95 ("noisy", throttLL'eM §V-D) stay available for ablations.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from functools import lru_cache
-
 import numpy as np
 
-from app.length_buckets import LengthBuckets
-from app.predictor_config import PredictorConfig, make_predictor
-from core.classes import LengthClassConfig
-
-
-@dataclass(frozen=True)
-class PredictorError:
-    """The default predictor's held-out confusion (counts[true bucket, predicted bucket])."""
-
-    buckets: LengthBuckets
-    confusion: np.ndarray
-
-    def overrun_quantile(self, q: float) -> float:
-        """Quantile of how far actual lengths exceed predictions (actual / predicted - 1,
-        0 when the prediction was long enough): the margin throttLL'eM's projections need."""
-        mid = np.array([self.buckets.midpoint_tokens(b) for b in range(self.buckets.n)], dtype=float)
-        ratio = np.maximum(mid[:, None] / np.maximum(mid[None, :], 1.0) - 1.0, 0.0)
-        weights = self.confusion.ravel().astype(float)
-        if weights.sum() == 0:
-            return 0.0
-        order = np.argsort(ratio.ravel())
-        cumulative = np.cumsum(weights[order]) / weights.sum()
-        return float(ratio.ravel()[order][np.searchsorted(cumulative, q)])
-
-
-@lru_cache(maxsize=1)
-def default_predictor_error() -> PredictorError:
-    predictor = make_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig(), 200)
-    return PredictorError(predictor.buckets, predictor.errors.confusion())
+from app.predictor_confusion import PredictorError
 
 
 def predicted_by_predictor(output_tokens: np.ndarray, error: PredictorError, seed: int) -> np.ndarray:

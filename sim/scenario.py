@@ -28,7 +28,6 @@ from core.policy import ControlPolicy
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
 from sim.engine import PoolSetup, Simulator
-from sim.length_prediction import default_predictor_error
 from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
@@ -144,12 +143,11 @@ def splitwise_pools(
     ]
 
 
-def projection_error(config: SimConfig) -> float:
-    """The length error throttLL'eM's projections allow for: the predictor's measured
-    overrun (p90 of actual / predicted - 1 on its held-out conversations) when the run
-    uses its predictions, the injected noise's p95 otherwise."""
+def projection_error(config: SimConfig) -> float | None:
+    """The length error throttLL'eM's projections allow for: None (the predictor's measured
+    overrun, as in Serve) when the run uses its predictions, the injected noise otherwise."""
     if config.length_prediction == "predictor":
-        return default_predictor_error().overrun_quantile(0.9)
+        return None
     return config.length_error_p95 if config.length_prediction == "noisy" else 0.0
 
 

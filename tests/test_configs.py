@@ -50,7 +50,7 @@ def _shipped_args() -> dict:
     (lambda a: a["pools"][2].update(classes=["LS", "LM", "LL", "SS"]), "pools[2].classes", "length class SS is in pools"),
     (lambda a: a["pools"][0].update(classes=["XX"]), "pools[0].classes", "unknown length class 'XX'; known: ['SS'"),
     (lambda a: a["pools"][0]["engine"].update(model="gpt-17"), "",
-     "pools[0].engine.model: unknown model 'gpt-17'; known: ['bloom-176b', 'llama2-70b']"),
+     "pools[0].engine.model: unknown model 'gpt-17'; known: ['bloom-176b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
     (lambda a: a["pools"][1]["engine"].update(hardware="tpu-v9"), "", "pools[1].engine.hardware: unknown GPU 'tpu-v9'"),
     (lambda a: a.update(default_service_class="gold"), "", "default_service_class 'gold' is not in services"),
     (lambda a: a.update(api_keys=[{"sha256": "0" * 64, "tenant": "t", "service_class": "gold"}]), "",

@@ -146,7 +146,7 @@ def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
     pools = sorted({p for _, c in samples for p in c})
     for pool in pools:
         ax2.step([t for t, _ in samples], [c.get(pool, 0) for _, c in samples], where="post", label=pool)
-    ax2.set(xlabel="time (s)", ylabel="running replicas", title="Replicas per pool (utilisation policy)")
+    ax2.set(xlabel="time (s)", ylabel="running replicas", title="Replicas per pool (wattwise controller)")
     ax2.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)

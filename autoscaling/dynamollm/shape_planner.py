@@ -136,14 +136,16 @@ class PoolShapePlanner:
         return {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
 
     def plan(self, pool: str, rates: dict[str, float], gpus_available: int, overloaded: bool,
-             now_s: float) -> PoolShape:
+             running: PoolShape | None, now_s: float) -> PoolShape:
         """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
-        ones; `overloaded` (requests queue beyond what the shape expects) adds an instance."""
+        ones; `overloaded` (requests queue beyond what the shape expects) adds an instance;
+        `running` is what the runtime runs, adopted the first time a pool is planned (its
+        TP is kept until the first pool epoch, one epoch after start: load is observed first)."""
         planned = self.planning_rates(pool, rates, now_s)
         if self._next_epoch_s is None:
-            self._next_epoch_s = now_s
+            self._next_epoch_s = now_s + self.pool_epoch_s
         epoch = now_s >= self._next_epoch_s
-        current = self._shape.get(pool)
+        current = self._shape.get(pool, running)
         cfg = self.config
         best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available)
         if best is None:  # nothing carries the load: everything at the top shape that fits

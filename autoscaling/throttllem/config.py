@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.predictor_confusion import default_predictor_error
+
 
 class ThrottllemConfig(BaseModel):
     """Per-replica admission control and clock throttling."""
@@ -12,9 +14,10 @@ class ThrottllemConfig(BaseModel):
 
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
-    # Relative error of the output-length predictor (e.g. its p95 |actual - predicted| /
-    # predicted); projections stretch every prediction by 1 + margin_per_error * error.
-    length_error: float = Field(default=0.0, ge=0)
+    # Relative error of the output-length predictor (how far actual lengths overrun
+    # predictions); projections stretch every prediction by 1 + margin_per_error * error.
+    # None: the ingress predictor's measured p90 overrun on its held-out conversations.
+    length_error: float | None = Field(default=None, ge=0)
     margin_per_error: float = Field(default=1.0, ge=0)
     # Share of the TBT and E2E targets the projection may use: prefill steps of later
     # arrivals stretch real iterations beyond M's decode-only projection (bench/throttllem.py).
@@ -31,9 +34,15 @@ class ThrottllemConfig(BaseModel):
     table_batch_levels: int = Field(default=24, ge=2)
     table_kv_levels: int = Field(default=24, ge=2)
 
+    def resolved(self) -> ThrottllemConfig:
+        """This config with `length_error` measured when it was left to the predictor."""
+        if self.length_error is not None:
+            return self
+        return self.model_copy(update={"length_error": default_predictor_error().overrun_quantile(0.9)})
+
     @property
     def length_margin(self) -> float:
-        return 1.0 + self.margin_per_error * self.length_error
+        return 1.0 + self.margin_per_error * (self.length_error or 0.0)
 
 
 class ThrottllemScalingConfig(BaseModel):

@@ -38,6 +38,7 @@ def replica_policies(
         return ips_table(config.model, config.hardware, tp, batch_max, kv_blocks, config.table_batch_levels,
                          config.table_kv_levels)
 
+    config = config.resolved()
     tp = batcher_config.tensor_parallel
     kv_tokens = batcher_config.kv_capacity_tokens or perf.kv_capacity_tokens(tp)
     table_for(tp, batcher_config.batch_limit, max(kv_tokens // batcher_config.block_size, 1))  # warm: not on a request

@@ -1,0 +1,193 @@
+"""The one controller: hook chains, one owner per plan entry, the composite's planner,
+one overhead table, and the simulator's predicted lengths."""
+
+import asyncio
+import time
+
+import numpy as np
+import pytest
+
+from autoscaling.dynamollm.shape_planner import cheapest_shape, needed_instances, shape_power_w
+from autoscaling.registry import make_policy
+from autoscaling.splitwise.config import MachineConfig
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
+from core.classes import LengthClassConfig
+from core.overheads import OverheadTable
+from core.plan import ClusterPlan
+from core.plan_ownership import PlanConflict, compose
+from core.request import Request
+from core.slo import SLO
+from core.stats import ReplicaStats
+from core.view import ClusterView, DeploymentView
+from energy.calibration import default_perf_model
+from energy.profile_builder import build_profile
+from engines.batching import BatcherConfig, ContinuousBatcher
+from engines.hook_chains import AdmissionChain, ClockChain, PreemptionChain
+from engines.sim_engine import SimEngine, SimEngineConfig
+from sim.config import SimConfig
+from sim.engine import Simulator
+from sim.scenario import build
+from sim.workload import load_trace, window
+
+POOLS = {"pool-short": ["SS", "SM", "SL"], "pool-medium": ["MS", "MM", "ML"], "pool-long": ["LS", "LM", "LL"]}
+LENGTHS = LengthClassConfig()
+
+
+class Admit:
+    def __init__(self, answer: bool) -> None:
+        self.answer, self.asked = answer, 0
+
+    def admit(self, seq, batcher, now_s):  # noqa: ANN001, ANN201
+        self.asked += 1
+        return self.answer
+
+
+class FixedClock:
+    def __init__(self, clock: float | None) -> None:
+        self.clock = clock
+
+    def choose_clock_mhz(self, batcher, now_s):  # noqa: ANN001, ANN201
+        return self.clock
+
+
+class Victim:
+    def __init__(self, index: int | None) -> None:
+        self.index = index
+
+    def victim(self, seq, batcher, now_s):  # noqa: ANN001, ANN201
+        return self.index
+
+
+def _request(rid: str, prompt: int = 100, out: int = 4, arrival_s: float = 0.0) -> Request:
+    return Request(request_id=rid, prompt_tokens=prompt, max_tokens=out, length_class="SS",
+                   slo=SLO(ttft_s=1.0, tbt_s=0.1), arrival_s=arrival_s)
+
+
+def test_admission_chain_needs_every_member_and_stops_at_the_first_refusal() -> None:
+    first, refuse, last = Admit(True), Admit(False), Admit(True)
+    assert not AdmissionChain([first, refuse, last]).admit(None, None, 0.0)
+    assert (first.asked, refuse.asked, last.asked) == (1, 1, 0)  # later members commit nothing
+    assert AdmissionChain([Admit(True), Admit(True)]).admit(None, None, 0.0)
+
+
+def test_preemption_chain_takes_the_first_victim() -> None:
+    assert PreemptionChain([Victim(None), Victim(2), Victim(0)]).victim(None, None, 0.0) == 2
+    assert PreemptionChain([Victim(None)]).victim(None, None, 0.0) is None
+
+
+def test_clock_hook_is_searched_inside_the_planners_band() -> None:
+    perf = default_perf_model("llama2-70b", "h100-80gb")
+    batcher = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=8), clock_policy=ClockChain([FixedClock(None),
+                                                                                                 FixedClock(900.0)]))
+    batcher.set_clock_band(1400, 1800)
+    batcher.add(_request("a"), 0.0)
+    batcher.plan_step(0.0)
+    assert batcher.clock_mhz == 1400  # the hook asked for 900: the floor bounds it
+    batcher.clock_policy = FixedClock(1980.0)
+    batcher.plan_step(1.0)
+    assert batcher.clock_mhz == 1800
+
+
+def test_without_a_clock_hook_a_band_runs_at_its_floor() -> None:
+    batcher = ContinuousBatcher(default_perf_model("llama2-70b", "h100-80gb"), BatcherConfig(tensor_parallel=8))
+    batcher.set_clock_band(1200, 1980)
+    assert batcher.clock_mhz == 1200
+    with pytest.raises(ValueError, match="empty"):
+        batcher.set_clock_band(1500, 1400)
+
+
+def test_a_plan_entry_written_by_two_layers_is_an_error() -> None:
+    planner = ClusterPlan(replicas={"pool-short": 2}, clock_band_mhz={"pool-short": (1200, 1980)})
+    chiron = ClusterPlan(batch_limit={"pool-short": 32}, replicas={"pool-batch": 1})
+    plan = compose({"dynamollm": planner, "chiron": chiron})
+    assert plan.replicas == {"pool-short": 2, "pool-batch": 1} and plan.batch_limit == {"pool-short": 32}
+    with pytest.raises(PlanConflict, match=r"replicas\['pool-short'\].*'dynamollm'.*'chiron'"):
+        compose({"dynamollm": planner, "chiron": ClusterPlan(replicas={"pool-short": 3})})
+
+
+def test_sim_engine_chains_throttllem_and_splitwise_hooks_instead_of_replacing_one() -> None:
+    engine = SimEngine(SimEngineConfig(tensor_parallel=8, throttllem=ThrottllemConfig(length_error=0.0),
+                                       splitwise=MachineConfig(phase="token")))  # token homes admit on KV headroom
+    assert isinstance(engine.batcher.admission, AdmissionChain)
+    assert len(engine.batcher.admission.members) == 2
+    assert engine.batcher.clock_policy is not None
+
+
+@pytest.fixture(scope="module")
+def profile():  # noqa: ANN201
+    return build_profile(default_perf_model("llama2-70b", "h100-80gb"))
+
+
+@pytest.mark.parametrize("rates", [{"MS": 0.3, "MM": 0.2}, {"MS": 2.0, "MM": 1.5, "ML": 0.5}, {"LL": 1.5, "LS": 1.0}])
+def test_planner_never_loses_to_a_baseline_shape_it_could_have_chosen(profile, rates) -> None:  # noqa: ANN001
+    """ScaleShard's choices (any TP at max clock), ScaleFreq's (TP8 at any clock) and
+    ScaleInst's (TP8, max clock, any count) are all in the planner's search."""
+    best = cheapest_shape(profile, rates, LENGTHS, 0.8, 1, 96)
+    assert best is not None
+    top = max(profile.clocks_mhz)
+    baseline_shapes = {(tp, top) for tp in profile.tensor_parallel_degrees} | {(8, c) for c in profile.clocks_mhz}
+    for tp, clock in baseline_shapes:
+        need = needed_instances(profile, rates, tp, clock, LENGTHS, 0.8)
+        if need is None:
+            continue
+        n = max(int(np.ceil(need - 1e-9)), 1)
+        assert best.power_w <= shape_power_w(profile, rates, tp, clock, n) + 1e-6
+
+
+def _view(rates: dict[str, float], tp: int = 8, replicas: int = 2) -> ClusterView:
+    deps = {}
+    for name, classes in POOLS.items():
+        stats = ReplicaStats(tensor_parallel=tp, class_rates_per_s={c: rates.get(c, 0.0) for c in classes})
+        deps[name] = DeploymentView(name, replicas, replicas, 1, 64, (stats,) * replicas)
+    return ClusterView(deps)
+
+
+def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_clocks(profile) -> None:  # noqa: ANN001
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    low = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 0.0)
+    assert low.clock_mhz == {} and set(low.clock_band_mhz) == set(POOLS)
+    assert low.tensor_parallel == {name: 8 for name in POOLS}  # the running TP, until the first pool epoch
+    assert all(lo <= hi == max(profile.clocks_mhz) for lo, hi in low.clock_band_mhz.values())
+    high = policy.observe(_view({"MS": 4.0, "MM": 4.0, "LL": 3.0}), 10.0)
+    assert high.replicas["pool-medium"] > low.replicas["pool-medium"]  # grows at once
+    later = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 20.0)
+    assert later.replicas["pool-medium"] == high.replicas["pool-medium"]  # shrinks only after the hold
+    epoch = policy.config.pool_epoch_s + policy.config.planner.lookback_s + 30.0
+    settled = policy.observe(_view({"MS": 0.1, "LL": 0.1}), epoch)
+    assert settled.tensor_parallel["pool-medium"] < 8  # low load: small TP pays at an epoch
+    assert settled.replicas["pool-medium"] < high.replicas["pool-medium"]
+
+
+def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
+    table = OverheadTable()
+    policy = make_policy("wattwise", pools=POOLS)
+    assert policy.planner.reconfigure_cost_s == table.reshard_s
+    assert SimConfig().overheads == table == SimEngineConfig().overheads
+
+
+def test_serve_sim_engine_pays_a_tp_change_like_the_simulator() -> None:
+    """A TP change stalls the engine for the table's re-shard time (lower bound only)."""
+    stall_s = 0.4
+
+    async def first_token_after_reshard() -> float:
+        engine = SimEngine(SimEngineConfig(tensor_parallel=8, overheads=OverheadTable(reshard_s=stall_s)))
+        engine.set_tensor_parallel(4)
+        start = time.monotonic()
+        async for _ in engine.generate(_request("r", out=2, arrival_s=time.time())):
+            break
+        await engine.shutdown()
+        return time.monotonic() - start
+
+    assert asyncio.run(first_token_after_reshard()) >= stall_s
+
+
+def test_simulator_classifies_with_the_predictors_error_by_default() -> None:
+    w = window(load_trace("conv"), 0, 60)
+    config = SimConfig()
+    assert config.length_prediction == "predictor"
+    setups, policy = build("singlepool", w, config)
+    predicted = Simulator(w, policy, setups, config).predicted
+    assert (predicted != w.output_tokens).mean() > 0.5  # predictions, not the true lengths
+    oracle = Simulator(w, policy, setups, SimConfig(length_prediction="oracle")).predicted
+    assert np.array_equal(oracle, w.output_tokens)
