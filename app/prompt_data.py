@@ -1,4 +1,8 @@
-"""The shipped (prompt, response length) pairs and their train / held-out split."""
+"""The shipped (prompt, response length) pairs and their splits by conversation.
+
+Turns of one conversation share topic and style, so a split by row would score a model
+on conversations it trained on; every split here hashes `conv_id` instead.
+"""
 
 from __future__ import annotations
 
@@ -38,7 +42,40 @@ def load_pairs(path: Path = PROMPTS_FILE) -> PromptPairs:
     )
 
 
+def _slots(pairs: PromptPairs) -> list[int]:
+    return [zlib.crc32(c.encode()) % 1000 for c in pairs.conv_ids]
+
+
 def split_by_conversation(pairs: PromptPairs, held_out_fraction: float = 0.2) -> tuple[PromptPairs, PromptPairs]:
-    """Deterministic split on a hash of the conversation id: no conversation on both sides."""
-    held = [zlib.crc32(c.encode()) % 1000 < held_out_fraction * 1000 for c in pairs.conv_ids]
+    """(rest, held out) on a hash of the conversation id: no conversation on both sides.
+
+    The held-out slice is the top of the hash range, so at the default fraction it is
+    split_three_way's test split: prompts the default predictor neither trained nor was tuned on.
+    """
+    held = [s >= 1000 - held_out_fraction * 1000 for s in _slots(pairs)]
     return pairs.subset([not h for h in held]), pairs.subset(held)
+
+
+@dataclass(frozen=True)
+class ThreeWaySplit:
+    """train fits models, validation chooses among them (all tuning), test is scored once."""
+
+    train: PromptPairs
+    validation: PromptPairs
+    test: PromptPairs
+
+
+def split_three_way(pairs: PromptPairs, validation_fraction: float = 0.2, test_fraction: float = 0.2) -> ThreeWaySplit:
+    """Deterministic split on a hash of the conversation id: no conversation on two sides.
+
+    Test takes the top of the hash range and validation the band below it; the bottom
+    slice, on which earlier models were tuned, lies in train.
+    """
+    slot = _slots(pairs)
+    test_from = 1000 - test_fraction * 1000
+    validation_from = test_from - validation_fraction * 1000
+    return ThreeWaySplit(
+        pairs.subset([s < validation_from for s in slot]),
+        pairs.subset([validation_from <= s < test_from for s in slot]),
+        pairs.subset([s >= test_from for s in slot]),
+    )

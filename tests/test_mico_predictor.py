@@ -10,7 +10,8 @@ from app.length_predictor import BucketLengthPredictor
 from app.predict import BucketMedianPredictor
 from app.prediction_error import PredictionErrors
 from app.predictor_config import PredictorConfig, make_predictor
-from app.prompt_data import load_pairs, split_by_conversation
+from app.prompt_cues import CUES, N_CUES, prompt_cues
+from app.prompt_data import load_pairs, split_by_conversation, split_three_way
 from core.classes import LengthClassConfig
 
 
@@ -20,8 +21,13 @@ def predictor() -> BucketLengthPredictor:
 
 
 @pytest.fixture(scope="module")
-def held_out():
-    return split_by_conversation(load_pairs())[1]
+def split():
+    return split_three_way(load_pairs())
+
+
+@pytest.fixture(scope="module")
+def held_out(split):
+    return split.validation
 
 
 def test_uniform_buckets_follow_mico_labels() -> None:
@@ -42,20 +48,56 @@ def test_bad_edges_rejected() -> None:
         LengthBuckets((0, 10, 10))
 
 
-def test_split_keeps_conversations_on_one_side() -> None:
-    train, held = split_by_conversation(load_pairs())
-    assert set(train.conv_ids).isdisjoint(held.conv_ids) and 0.1 < len(held) / (len(train) + len(held)) < 0.3
+def test_three_way_split_keeps_each_conversation_on_one_side(split) -> None:
+    sides = [set(part.conv_ids) for part in (split.train, split.validation, split.test)]
+    assert all(a.isdisjoint(b) for i, a in enumerate(sides) for b in sides[i + 1:])
+    total = len(split.train) + len(split.validation) + len(split.test)
+    assert total == len(load_pairs()) and all(0.1 < len(part) / total < 0.3 for part in (split.validation, split.test))
 
 
-def test_held_out_accuracy_beats_majority_bucket(predictor, held_out) -> None:
-    """Measured: exact 0.28 vs 0.16, within-one 0.66 vs 0.34 (majority bucket of train)."""
-    b = predictor.buckets
-    train = split_by_conversation(load_pairs())[0]
-    majority = np.bincount([b.label(n) for n in train.output_tokens]).argmax()
-    truth = np.array([b.label(n) for n in held_out.output_tokens])
-    pred = predictor.predict_buckets(held_out.prompts, held_out.prompt_tokens)
-    assert np.mean(pred == truth) >= np.mean(truth == majority) + 0.08
-    assert np.mean(np.abs(pred - truth) <= 1) >= np.mean(np.abs(truth - majority) <= 1) + 0.25
+def test_two_way_held_out_is_the_test_split(split) -> None:
+    """bench.mico_dispatch replays the held-out prompts: ones the default neither trained nor was tuned on."""
+    rest, held = split_by_conversation(load_pairs())
+    assert held.conv_ids == split.test.conv_ids and set(rest.conv_ids).isdisjoint(held.conv_ids)
+
+
+def _validation_baselines(buckets: LengthBuckets, split) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(truth, majority bucket of train, bucket of train's median output), on the validation split."""
+    truth = np.array([buckets.label(n) for n in split.validation.output_tokens])
+    majority = np.bincount([buckets.label(n) for n in split.train.output_tokens]).argmax()
+    median = buckets.label(int(np.median(split.train.output_tokens)))
+    return truth, np.full(len(truth), majority), np.full(len(truth), median)
+
+
+def test_default_beats_baselines_on_validation(predictor, split) -> None:
+    """Measured: exact 0.26 / within-one 0.64, against 0.17 / 0.37 (train's majority bucket) and
+    0.22 / 0.61 (train's median): a small gain, the most this data gave (bench.predictor_sweep)."""
+    truth, majority, median = _validation_baselines(predictor.buckets, split)
+    pred = predictor.predict_buckets(split.validation.prompts, split.validation.prompt_tokens)
+
+    def scores(p: np.ndarray) -> np.ndarray:
+        return np.array([np.mean(p == truth), np.mean(np.abs(p - truth) <= 1)])
+
+    assert np.all(scores(pred) >= scores(majority) + [0.05, 0.2])
+    assert np.all(scores(pred) >= scores(median) + [0.02, 0.02])
+
+
+def test_default_predicts_beyond_the_low_buckets(predictor, split) -> None:
+    """Issue 19: the previous default never predicted past bucket 5, nor DynamoLLM's L."""
+    pred = predictor.predict_buckets(split.validation.prompts, split.validation.prompt_tokens)
+    assert pred.max() >= 6 and np.sum(pred >= 4) >= 10 and len(set(pred)) >= 6
+    config = PredictorConfig(buckets="length_classes", online_sample_rate=0.0)
+    classes = make_predictor(config, LengthClassConfig(), 200)
+    assert set(classes.predict_buckets(split.validation.prompts, split.validation.prompt_tokens)) == {0, 1, 2}
+
+
+def test_cues_name_the_task() -> None:
+    names = list(CUES)
+    row = prompt_cues("Please write an essay on rivers, in 500 words", 9)
+    assert len(row) == N_CUES and row[N_CUES - len(CUES) + names.index("long_form")] == 1.0
+    assert row[N_CUES - len(CUES) - 1] == pytest.approx(np.log1p(500))  # asked length
+    assert prompt_cues("Thanks!", 1)[N_CUES - len(CUES) + names.index("acknowledge")] == 1.0
+    assert prompt_cues("ok, now write a long story about it", 8)[N_CUES - len(CUES) + names.index("acknowledge")] == 0.0
 
 
 def test_prediction_is_a_bucket_midpoint_capped_at_max_tokens(predictor) -> None:
@@ -93,8 +135,8 @@ def test_errors_expose_accuracy_confusion_and_margin() -> None:
     assert e.mean_relative_error == pytest.approx((0 + 65 / 100 + 295 / 400 + 0) / 4)
 
 
-def test_errors_are_seeded_from_the_held_out_split(predictor) -> None:
-    assert len(predictor.errors) > 500 and 0.2 < predictor.errors.exact_accuracy < 0.6
+def test_errors_are_seeded_from_the_validation_split(predictor, split) -> None:
+    assert len(predictor.errors) == len(split.validation) and 0.2 < predictor.errors.exact_accuracy < 0.6
 
 
 def test_config_selects_the_predictor() -> None:

@@ -1,0 +1,55 @@
+"""Hyper-parameter sweep of the length-predictor candidates, on the VALIDATION split only.
+
+    python -m bench.predictor_sweep
+
+Fits each grid point on the train split and scores it on the validation split (10
+uniform buckets and S/M/L). The winner per candidate is the highest exact + within-one
+on the 10 buckets; its values are the defaults in bench.predictor_candidates.CANDIDATES.
+The test split is never read here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+
+import numpy as np
+
+from app.length_buckets import LengthBuckets
+from app.prompt_data import load_pairs, split_three_way
+from bench.predictor_candidates import CANDIDATES, labels
+from core.classes import LengthClassConfig
+
+
+def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
+    """(exact, within one bucket) accuracy."""
+    return float(np.mean(pred == truth)), float(np.mean(np.abs(pred - truth) <= 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    argparse.ArgumentParser(prog="python -m bench.predictor_sweep", description=__doc__).parse_args(argv)
+    split = split_three_way(load_pairs())
+    uniform = LengthBuckets.uniform(700, 10)
+    classes = LengthBuckets.from_length_classes(LengthClassConfig(), 700)
+    print(f"train {len(split.train)} pairs, validation {len(split.validation)}; scores on validation")
+    print(f"{'candidate':>36} {'params':>28} {'10 exact':>9} {'within1':>8} {'SML exact':>10} {'within1':>8}")
+    for candidate in CANDIDATES:
+        best: tuple[float, str] | None = None
+        for values in itertools.product(*candidate.grid.values()):
+            params = dict(zip(candidate.grid, values))
+            row = []
+            for buckets in (uniform, classes):
+                pred = candidate.predict(split.train, buckets, split.validation, **params)
+                row += scores(pred, labels(buckets, split.validation))
+            text = ", ".join(f"{k}={v:g}" for k, v in params.items())
+            cells = f"{row[0]:>9.3f} {row[1]:>8.3f} {row[2]:>10.3f} {row[3]:>8.3f}"
+            print(f"{candidate.name:>36} {text:>28} {cells}", flush=True)
+            if best is None or row[0] + row[1] > best[0]:
+                best = (row[0] + row[1], text)
+        if best is not None:
+            print(f"{'':>36} best: {best[1]}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
