@@ -73,7 +73,7 @@ class WattwisePolicy:
             return False
         if not dep.replica_stats:
             return dep.queued_outside > 0
-        queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
+        queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
         return queued > self.config.overload_queue_per_replica * len(dep.replica_stats)
 
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
@@ -91,12 +91,18 @@ class WattwisePolicy:
                 for name in self.config.pools}
         for name, classes in self.config.pools.items():
             dep = view.deployments.get(name)
+            running = self._running(dep)
+            if running is None and self.planner.shape(name) is None:
+                continue  # not reported yet: plan it once its replicas say what they run
             rates = {cls: 0.0 for cls in classes}
+            batch_rate = 0.0
             for stats in dep.replica_stats if dep else ():
+                batch_rate += stats.batch_rate_per_s
                 for cls, r in stats.class_rates_per_s.items():
                     rates[cls] = rates.get(cls, 0.0) + r
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
-            shape = self.planner.plan(name, rates, free, self._overloaded(dep), self._running(dep), now_s)
+            shape = self.planner.plan(name, rates, batch_rate, free, self._overloaded(dep), running, now_s,
+                                      max_instances=dep.max_replicas if dep else None)
             held[name] = shape.instances * shape.tensor_parallel
             replicas[name], tp[name] = shape.instances, shape.tensor_parallel
             band[name] = (shape.clock_mhz, self.max_clock_mhz)

@@ -1,4 +1,5 @@
-"""Arrivals per length class over a trailing window (DynamoLLM's per-class load signal)."""
+"""Arrivals per length class over a trailing window (DynamoLLM's per-class load signal),
+and how many of them were batch work (Chiron: batch load can wait for spare capacity)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,19 @@ from collections import Counter, deque
 class ArrivalRates:
     def __init__(self, window_s: float = 30.0) -> None:
         self.window_s = window_s
-        self._arrivals: deque[tuple[float, str]] = deque()
+        self._arrivals: deque[tuple[float, str, bool]] = deque()
 
-    def add(self, now_s: float, length_class: str) -> None:
-        self._arrivals.append((now_s, length_class))
+    def add(self, now_s: float, length_class: str, batch: bool = False) -> None:
+        self._arrivals.append((now_s, length_class, batch))
 
-    def per_s(self, now_s: float) -> dict[str, float]:
+    def _trim(self, now_s: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now_s - self.window_s:
             self._arrivals.popleft()
-        return {cls: n / self.window_s for cls, n in Counter(c for _, c in self._arrivals).items()}
+
+    def per_s(self, now_s: float) -> dict[str, float]:
+        self._trim(now_s)
+        return {cls: n / self.window_s for cls, n in Counter(c for _, c, _ in self._arrivals).items()}
+
+    def batch_per_s(self, now_s: float) -> float:
+        self._trim(now_s)
+        return sum(1 for _, _, batch in self._arrivals if batch) / self.window_s

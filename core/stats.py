@@ -29,6 +29,9 @@ class ReplicaStats:
     completed_requests: int = 0
     tokens_generated: int = 0
     interactive_running: int = 0  # Chiron's IBP counts replicas running interactive work
+    batch_waiting: int = 0  # batch requests among queued_requests (they may wait: not overload)
+    # Batch service-class arrivals over the same window (a share of class_rates_per_s).
+    batch_rate_per_s: float = 0.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
 

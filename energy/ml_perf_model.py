@@ -8,10 +8,15 @@ over it is sound. Scores follow the paper's Table III (R², MAPE, MAE on 90/10 a
 
 from __future__ import annotations
 
+import hashlib
+import os
+import pickle
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
+import sklearn
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error, r2_score
@@ -71,6 +76,27 @@ def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb") -> I
     return profile_ips(default_perf_model(model, hardware))
 
 
+CACHE_DIR = Path(os.environ.get("WATTWISE_CACHE_DIR", Path.home() / ".cache" / "wattwise"))
+
+
 @lru_cache(maxsize=4)
 def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb") -> IpsModel:
-    return IpsModel().fit(default_profile(model, hardware))
+    """M for the built-in model, fitted once per machine: every replica of a Serve app
+    needs it at start, and the fit takes ~15-40 s of a CPU. The cache file is keyed by
+    the training samples and the scikit-learn version, so it is never stale."""
+    samples = default_profile(model, hardware)
+    digest = hashlib.sha256(samples.features().tobytes() + samples.ips.tobytes()).hexdigest()[:16]
+    path = CACHE_DIR / f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{digest}.pkl"
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        pass
+    fitted = IpsModel().fit(samples)
+    try:  # written whole or not at all: concurrent replicas may race here
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_bytes(pickle.dumps(fitted))
+        tmp.replace(path)
+    except OSError:
+        pass
+    return fitted

@@ -188,7 +188,7 @@ class ContinuousBatcher:
                 f"request {request.request_id!r} needs {blocks_needed} KV blocks; the replica has {self.kv_blocks_total}"
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
-        self._arrivals.add(now_s, request.length_class)
+        self._arrivals.add(now_s, request.length_class, request.service_class == "batch")
         self._enqueue(seq)
         self.by_id[request.request_id] = seq
         return seq
@@ -552,5 +552,7 @@ class ContinuousBatcher:
             completed_requests=self.completed,
             tokens_generated=self.tokens_generated,
             interactive_running=sum(1 for s in self.running if s.request.service_class == "interactive"),
+            batch_waiting=sum(1 for s in self.waiting if s.request.service_class == "batch"),
             class_rates_per_s=self.class_rates_per_s(now_s),
+            batch_rate_per_s=self._arrivals.batch_per_s(now_s),
         )

@@ -67,7 +67,8 @@ class SimEngineConfig(BaseModel):
     # Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none.
     splitwise: MachineConfig | None = None
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
-        "What a TP or plan clock change stalls the replica for: the table the planners and the simulator use."))
+        "What a TP change (start-up of the new engine) and a plan clock change (stall) cost: the "
+        "table the planners assume and the simulator charges."))
 
 
 def placeholder_text(request_id: str, start: int, count: int) -> str:
@@ -106,6 +107,7 @@ class SimEngine:
         self.batcher.clock_policy = chain_clock(clocks)
         self.batcher.preemption = chain_preemption(preemptions)
         self._stalled_until_s = 0.0
+        self._pending_tp: tuple[int, float] | None = None  # (TP, when its engine is up)
         self.max_context_tokens = perf.model.max_context_tokens
         self._token_counter = default_token_counter()  # loaded at start (~0.1 s), not per request
         self._queues: dict[str, asyncio.Queue] = {}
@@ -116,6 +118,7 @@ class SimEngine:
         return self._token_counter.count(text)
 
     def stats(self) -> ReplicaStats:
+        self._take_over()
         return self.batcher.stats(self._clock())
 
     def set_batch_limit(self, limit: int) -> None:
@@ -138,10 +141,26 @@ class SimEngine:
             self._stall(self.config.overheads.clock_change_s)
 
     def set_tensor_parallel(self, tp: int) -> None:
-        """A TP change restarts the engine at the new TP: the replica stalls for
-        `overheads.reshard_s`, as the simulator charges and the planners assume."""
+        """A TP change as the simulator makes it: the engine at the new TP starts beside
+        this one (`overheads.reshard_s`, its GPUs idle meanwhile and charged) while this
+        one serves on, then takes over its requests."""
+        if tp == self.batcher.tensor_parallel and self._pending_tp is None:
+            return
+        self._pending_tp = (tp, self._clock() + self.config.overheads.reshard_s)
+        try:
+            asyncio.get_running_loop().call_later(self.config.overheads.reshard_s, self._wakeup.set)
+        except RuntimeError:  # no loop yet: the first step or stats() applies it
+            pass
+
+    def _take_over(self) -> None:
+        """Switch to a started new-TP engine once its start-up time has passed."""
+        if self._pending_tp is None or self._clock() < self._pending_tp[1]:
+            return
+        tp, _ = self._pending_tp
+        self._pending_tp = None
+        perf = self.batcher.perf
+        self.batcher.energy_j += perf.idle_power_w(tp) * self.config.overheads.reshard_s
         self.batcher.set_tensor_parallel(tp)
-        self._stall(self.config.overheads.reshard_s)
 
     def _stall(self, seconds: float) -> None:
         self._stalled_until_s = max(self._stalled_until_s, self._clock()) + seconds
@@ -213,6 +232,7 @@ class SimEngine:
                     queue = self._queues.get(seq.request_id)
                     if queue is not None:
                         queue.put_nowait(_SQUASHED)
+            self._take_over()
             stalled_s = self._stalled_until_s - self._clock()
             if stalled_s > 0:
                 await asyncio.sleep(stalled_s)

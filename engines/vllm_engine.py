@@ -166,6 +166,7 @@ class VllmEngine:
             preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
+            batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for r in self._admitted.values() if r.service_class == "interactive"),
         )
@@ -210,7 +211,7 @@ class VllmEngine:
     async def _generate(self, run: Continuation, urgent: bool) -> AsyncIterator[GenerationChunk]:
         request = run.request
         rid = request.request_id
-        self._arrivals.add(time.time(), request.length_class)
+        self._arrivals.add(time.time(), request.length_class, request.service_class == "batch")
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
         mark = self.energy.mark()
         try:

@@ -72,6 +72,9 @@ class PoolSetup:
     local_autoscaler: LocalAutoscalerConfig | None = None
     # Per-step token budget of its replicas (Splitwise's prompt pool: 2048); None: SimConfig's.
     max_batched_tokens: int | None = None
+    # Chiron's mixed-replica rule on a length pool: interactive requests queue ahead of
+    # batch ones and preempt them ("mixed" pools always do).
+    interactive_first: bool = False
 
 
 class Pool:
@@ -335,7 +338,7 @@ class Simulator:
         batcher = r.become_ready(BatcherConfig(
             tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
             batch_limit=r.local_autoscaler.limit if local else pool.batch_limit or cfg.batch_limit,
-            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed",
+            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed" or pool.setup.interactive_first,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from core.efficiency import joules_per_generated_token
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
@@ -60,7 +61,7 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
     energy = float(raw.series.energy_j[-1])
     gpu_s = sum(r.held_s(raw.end_s) * r.tp for r in raw.replicas)
     price = config.price_per_gpu_hour if config.price_per_gpu_hour is not None else GPUS[config.hardware].price_per_hour
-    tokens = int(log.output_tokens[log.done].sum() + log.prompt_tokens[log.done].sum())
+    generated = int(log.output_tokens[log.done].sum())
     intensity = config.grid_gco2_per_kwh if carbon_series is None else carbon_series
     everyone = np.ones(len(log), dtype=bool)
     overall = _group(log, everyone, met)
@@ -71,7 +72,7 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "duration_s": raw.end_s,
         "energy_j": energy,
         "energy_kwh": energy / J_PER_KWH,
-        "j_per_token": energy / max(tokens, 1),
+        "j_per_token": joules_per_generated_token(energy, generated),
         "gpu_hours": gpu_s / 3600.0,
         "cost_usd": gpu_s / 3600.0 * price,
         "carbon_g": carbon_g(np.asarray(raw.series.t_s), np.asarray(raw.series.energy_j), intensity),

@@ -176,11 +176,15 @@ def build(
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)
     if name == "wattwise":
-        return with_throttllem(setups, config), make_policy(
+        # Chiron's layer on every replica: batch work yields to interactive work.
+        setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
+        return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, overheads=config.overheads)
     if name == "throttllem":
-        return with_throttllem(setups, config), make_policy(name, model=config.model, hardware=config.hardware)
+        # Chiron's layer on every replica: batch work yields to interactive work.
+        setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
+        return setups, make_policy(name, model=config.model, hardware=config.hardware)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs: dict = dict(

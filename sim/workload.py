@@ -127,6 +127,24 @@ def synthetic(
     return Workload(arrival, prompt, output, np.ones(n, dtype=bool))
 
 
+def diurnal(mean_rate_per_s: float, hours: float, peak_to_trough: float, rng: np.random.Generator,
+            lengths_from: Workload) -> Workload:
+    """A day-shaped load: Poisson arrivals whose rate follows a sine with its trough at
+    t = 0 and its peak 12 h later, `peak_to_trough` times the trough (DynamoLLM: 3x-35x
+    swings between day and night), lengths resampled from a trace."""
+    if peak_to_trough < 1:
+        raise ValueError("peak_to_trough must be >= 1")
+    amplitude = (peak_to_trough - 1) / (peak_to_trough + 1)
+    duration_s = hours * 3600.0
+    peak = mean_rate_per_s * (1 + amplitude)
+    candidates = gamma_arrivals(peak, duration_s, 1.0, rng)  # thinned to the day's rate
+    rate = mean_rate_per_s * (1 - amplitude * np.cos(2 * np.pi * candidates / 86400.0))
+    arrival = candidates[rng.random(len(candidates)) < rate / peak]
+    idx = rng.integers(0, len(lengths_from), len(arrival))
+    return Workload(arrival, lengths_from.prompt_tokens[idx], lengths_from.output_tokens[idx],
+                    np.ones(len(arrival), dtype=bool))
+
+
 def with_batch_fraction(w: Workload, batch_fraction: float, rng: np.random.Generator) -> Workload:
     """Mark a random share of requests as batch service class (Chiron's mix)."""
     if not 0 <= batch_fraction <= 1:

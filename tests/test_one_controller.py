@@ -167,19 +167,28 @@ def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
 
 
 def test_serve_sim_engine_pays_a_tp_change_like_the_simulator() -> None:
-    """A TP change stalls the engine for the table's re-shard time (lower bound only)."""
-    stall_s = 0.4
+    """The new-TP engine starts beside the old one for the table's re-shard time (the
+    old one serves meanwhile), its idle GPUs are charged, then it takes over."""
+    startup_s = 5.0
 
-    async def first_token_after_reshard() -> float:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8, overheads=OverheadTable(reshard_s=stall_s)))
-        engine.set_tensor_parallel(4)
-        start = time.monotonic()
+    async def change() -> tuple[int, int, int, float]:
+        engine = SimEngine(SimEngineConfig(tensor_parallel=8, overheads=OverheadTable(reshard_s=startup_s)))
+        engine.set_tensor_parallel(2)
+        before = engine.stats()
         async for _ in engine.generate(_request("r", out=2, arrival_s=time.time())):
-            break
+            break  # served at once by the old engine
+        during = engine.stats().tensor_parallel
+        deadline = time.monotonic() + 60
+        while engine.stats().tensor_parallel != 2 and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        after = engine.stats()
         await engine.shutdown()
-        return time.monotonic() - start
+        return before.tensor_parallel, during, after.tensor_parallel, after.energy_j - before.energy_j
 
-    assert asyncio.run(first_token_after_reshard()) >= stall_s
+    before, during, after, energy_j = asyncio.run(change())
+    assert (before, during, after) == (8, 8, 2)
+    perf = default_perf_model("llama2-70b", "h100-80gb")
+    assert energy_j >= perf.idle_power_w(2) * startup_s  # the starting engine's GPUs were paid for
 
 
 def test_simulator_classifies_with_the_predictors_error_by_default() -> None:

@@ -23,7 +23,7 @@ commands:
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
   plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
-  bench      run a benchmark: ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
+  bench      run a benchmark: wattwise | ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
 """
 
 
@@ -200,6 +200,7 @@ BENCHES = {
     "throttllem": "bench.throttllem:main",
     "splitwise": "bench.splitwise:main",
     "splitwise-serve": "bench.splitwise_serve:main",
+    "wattwise": "bench.wattwise:main",
     "kv-transfer": "bench.kv_transfer:main",
     "soak": "bench.soak:main",
     "vllm-overhead": "bench.vllm_overhead:main",

@@ -2,8 +2,9 @@
 
 Real processes end to end: a local Ray cluster started with `serve run`, real HTTP on
 loopback, the real `openai` client. Requests keep the trace's arrival times and token
-counts (prompts are that many words; the sim engine counts one token per word and
-generates exactly max_tokens). Prints a summary and writes a PNG.
+counts (prompts are that many placeholder words, one token each; the sim engine
+generates exactly max_tokens). Prints a summary next to the simulator's figures for the
+same window (the composite and SinglePool) and writes a PNG.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from pathlib import Path
 import numpy as np
 import openai
 
+from core.efficiency import joules_per_generated_token
+from sim.config import SimConfig
+from sim.run import simulate
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
 
@@ -64,37 +68,76 @@ async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt:
         return Outcome(arrival, type(exc).__name__, stream)
 
 
-async def _sample_replicas(served: LocalServe, start: float, samples: list, stop: asyncio.Event) -> None:
+ENERGY_METRIC = "ray_wattwise_energy_joules"  # per replica, since its start, idle included
+SAMPLE_S = 2.0
+METRICS_LAG_S = 12.0
+
+
+@dataclass
+class FleetSample:
+    """One look at the fleet: running replicas and GPUs per pool, each replica's energy."""
+
+    t_s: float
+    replicas: dict[str, int]
+    gpus: int
+    energy_j: dict[str, float]
+
+
+def _look(served: LocalServe, t_s: float) -> FleetSample:
+    status = served.pool_status()
+    replicas = {pool: info["replicas"].get("RUNNING", 0) for pool, info in status.items()}
+    gpus = sum(n * int(status[pool].get("tensor_parallel") or 1) for pool, n in replicas.items())
+    return FleetSample(t_s, replicas, gpus, served.scrape(ENERGY_METRIC))
+
+
+async def _sample_fleet(served: LocalServe, start: float, samples: list[FleetSample], stop: asyncio.Event) -> None:
     while not stop.is_set():
         try:
-            counts = await asyncio.to_thread(served.pool_replicas)
-            samples.append((time.monotonic() - start, counts))
+            samples.append(await asyncio.to_thread(_look, served, time.monotonic() - start))
         except Exception as exc:  # keep sampling through a slow tick; the replay matters more
-            print(f"replica sample failed: {exc}", file=sys.stderr)
-        await asyncio.sleep(2)
+            print(f"fleet sample failed: {exc}", file=sys.stderr)
+        await asyncio.sleep(SAMPLE_S)
+
+
+def fleet_energy_j(samples: list[FleetSample]) -> float:
+    """Energy the fleet drew over the samples: per replica, its last reading minus its
+    first (replicas started later count from zero, those stopped keep their last)."""
+    first: dict[str, float] = {}
+    last: dict[str, float] = {}
+    for i, sample in enumerate(samples):
+        for series, value in sample.energy_j.items():
+            first.setdefault(series, value if i == 0 else 0.0)
+            last[series] = value
+    return sum(last[k] - first[k] for k in last)
+
+
+def gpu_hours(samples: list[FleetSample]) -> float:
+    return sum(a.gpus * (b.t_s - a.t_s) for a, b in zip(samples, samples[1:])) / 3600.0
 
 
 async def replay(served: LocalServe, trace: str, start_s: float, duration_s: float, stream_fraction: float,
-                 seed: int) -> tuple[list[Outcome], list]:
+                 seed: int) -> tuple[list[Outcome], list[FleetSample]]:
     w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
     rng = np.random.default_rng(seed)
     streamed = rng.random(len(w)) < stream_fraction
     client = openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key="local", max_retries=0, timeout=600)
-    samples: list = []
+    samples: list[FleetSample] = []
     stop = asyncio.Event()
     start = time.monotonic()
-    sampler = asyncio.create_task(_sample_replicas(served, start, samples, stop))
+    sampler = asyncio.create_task(_sample_fleet(served, start, samples, stop))
     print(f"replaying {len(w)} requests of the {trace} trace over {duration_s:.0f} s ...", file=sys.stderr)
     outcomes = await asyncio.gather(*(
         _one(client, start, float(a), int(p), int(o), bool(s))
         for a, p, o, s in zip(w.arrival_s, w.prompt_tokens, w.output_tokens, streamed, strict=True)
     ))
+    # Ray refreshes its metrics endpoint every ~10 s: the last energy reading must see the end.
+    await asyncio.sleep(METRICS_LAG_S)
     stop.set()
     await sampler
     return list(outcomes), samples
 
 
-def summarise(outcomes: list[Outcome], samples: list) -> dict:
+def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
     ok = [o for o in outcomes if o.status == "ok" and o.report]
     errors: dict[str, int] = defaultdict(int)
     for o in outcomes:
@@ -104,10 +147,10 @@ def summarise(outcomes: list[Outcome], samples: list) -> dict:
     for o in ok:
         per_class[o.report["length_class"]].append(o.report["slo_met"])
     tokens = sum(o.completion_tokens for o in ok)
-    energy = sum(o.energy_j for o in ok)
+    fleet_j = fleet_energy_j(samples)
     peak: dict[str, int] = defaultdict(int)
-    for _, counts in samples:
-        for pool, n in counts.items():
+    for sample in samples:
+        for pool, n in sample.replicas.items():
             peak[pool] = max(peak[pool], n)
     return {
         "requests": len(outcomes),
@@ -117,14 +160,27 @@ def summarise(outcomes: list[Outcome], samples: list) -> dict:
         "slo_attainment_per_class": {c: sum(v) / len(v) for c, v in sorted(per_class.items())},
         "p99_ttft_s": float(np.percentile([o.report["ttft_s"] for o in ok], 99)) if ok else None,
         "p99_mean_tbt_s": float(np.percentile([o.report["mean_tbt_s"] for o in ok], 99)) if ok else None,
-        "joules_per_token": energy / max(tokens, 1),
-        "energy_j": energy,
+        "j_per_token": joules_per_generated_token(fleet_j, tokens),
+        "attributed_j_per_token": sum(o.energy_j for o in ok) / max(tokens, 1),
+        "energy_j": fleet_j,
+        "gpu_hours": gpu_hours(samples),
         "peak_replicas_per_pool": dict(peak),
-        "final_replicas_per_pool": samples[-1][1] if samples else {},
+        "final_replicas_per_pool": samples[-1].replicas if samples else {},
     }
 
 
-def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
+def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
+    """The simulator on the same window, for the composite the app ran and for SinglePool."""
+    w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
+    out = {}
+    for policy in ("wattwise", "singlepool"):
+        summary, _ = simulate(policy, w, SimConfig())
+        out[policy] = {"j_per_token": summary["j_per_token"], "slo_attainment": summary["slo_attainment"]["overall"],
+                       "gpu_hours": summary["gpu_hours"], "energy_j": summary["energy_j"]}
+    return out
+
+
+def plot(outcomes: list[Outcome], samples: list[FleetSample], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -143,9 +199,9 @@ def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
     ax1.set(xscale="log", xlabel="TTFT (s)", ylabel="CDF", title="Time to first token per pool")
     log_seconds_axis(ax1.xaxis)
     ax1.legend()
-    pools = sorted({p for _, c in samples for p in c})
+    pools = sorted({p for sample in samples for p in sample.replicas})
     for pool in pools:
-        ax2.step([t for t, _ in samples], [c.get(pool, 0) for _, c in samples], where="post", label=pool)
+        ax2.step([x.t_s for x in samples], [x.replicas.get(pool, 0) for x in samples], where="post", label=pool)
     ax2.set(xlabel="time (s)", ylabel="running replicas", title="Replicas per pool (wattwise controller)")
     ax2.legend()
     fig.tight_layout()
@@ -153,17 +209,27 @@ def plot(outcomes: list[Outcome], samples: list, path: Path) -> None:
     plt.close(fig)
 
 
-def print_summary(summary: dict) -> None:
-    print("\n== wattwise demo: simulated H100s, Llama2-70B profile ==")
+def print_summary(summary: dict, sim: dict[str, dict]) -> None:
+    print("\n== wattwise demo: simulated H100s, Llama2-70B profile, the wattwise controller ==")
     print(f"requests {summary['requests']}  completed {summary['completed']}  errors {summary['errors'] or 'none'}")
-    print(f"SLO attainment {summary['slo_attainment']:.1%}   J/token {summary['joules_per_token']:.2f}   "
-          f"energy {summary['energy_j'] / 3.6e6:.4f} kWh")
     print(f"p99 TTFT {summary['p99_ttft_s']:.3f} s   p99 mean TBT {summary['p99_mean_tbt_s']:.3f} s")
     print("SLO attainment per length class: "
           + "  ".join(f"{c} {v:.0%}" for c, v in summary["slo_attainment_per_class"].items()))
     print("replicas per pool (peak / final): "
           + "  ".join(f"{p} {n}/{summary['final_replicas_per_pool'].get(p, 0)}"
                       for p, n in sorted(summary["peak_replicas_per_pool"].items())))
+    print("\nJ/token = fleet GPU energy (idle included) / generated tokens (core/efficiency.py)")
+    print(f"{'':>22} {'J/token':>8} {'SLO met':>8} {'GPU-h':>7}")
+    print(f"{'live app (wattwise)':>22} {summary['j_per_token']:>8.2f} {summary['slo_attainment']:>8.1%} "
+          f"{summary['gpu_hours']:>7.3f}")
+    for policy, row in sim.items():
+        print(f"{'simulator, ' + policy:>22} {row['j_per_token']:>8.2f} {row['slo_attainment']:>8.1%} "
+              f"{row['gpu_hours']:>7.3f}")
+    ours, base = sim["wattwise"], sim["singlepool"]
+    print(f"saving vs SinglePool (simulator): {1 - ours['energy_j'] / base['energy_j']:.0%} energy, "
+          f"{1 - ours['gpu_hours'] / base['gpu_hours']:.0%} GPU-hours; live / simulated J/token "
+          f"{summary['j_per_token'] / ours['j_per_token']:.2f}")
+    print(f"(attributed to requests, idle excluded: {summary['attributed_j_per_token']:.2f} J/token)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,8 +248,10 @@ def main(argv: list[str] | None = None) -> int:
             replay(served, args.trace, args.start_s, args.duration_s, args.stream_fraction, args.seed)
         )
     summary = summarise(outcomes, samples)
-    print_summary(summary)
-    (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
+    print("simulating the same window (wattwise and SinglePool) ...", file=sys.stderr)
+    sim = simulated(args.trace, args.start_s, args.duration_s)
+    print_summary(summary, sim)
+    (args.out / "summary.json").write_text(json.dumps({**summary, "simulator": sim}, indent=2))
     plot(outcomes, samples, args.out / "demo.png")
     print(f"wrote {args.out / 'summary.json'} and {args.out / 'demo.png'}")
     return 0 if summary["completed"] == summary["requests"] else 1

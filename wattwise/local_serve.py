@@ -73,6 +73,10 @@ class LocalServe:
         self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self.env = {
+            # A proxy that answers its health check slowly on a loaded laptop or CI box is
+            # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).
+            "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
+            "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
             **os.environ,
             "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback
             "RAY_USAGE_STATS_ENABLED": "0",
@@ -98,7 +102,12 @@ class LocalServe:
             f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
             f"--dashboard-port={free_port()}", "--disable-usage-stats",
         )
-        self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}", str(self.config_path))
+        try:
+            self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}",
+                      str(self.config_path))
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            self.stop()  # the cluster this call started must not outlive it
+            raise
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self._all_pools_running():
@@ -115,11 +124,26 @@ class LocalServe:
         """Call an /admin/* endpoint with this run's admin key."""
         return httpx.request(method, f"{self.base_url}{path}", headers=self.admin_headers, timeout=30, **kwargs)
 
-    def pool_replicas(self) -> dict[str, int]:
-        """Running replicas per pool deployment, from the ingress's /admin/pools."""
+    def pool_status(self) -> dict[str, dict[str, Any]]:
+        """The ingress's /admin/pools: per deployment, replica counts, pool and TP."""
         response = self.admin("GET", "/admin/pools")
         response.raise_for_status()
-        return {pool: info["replicas"].get("RUNNING", 0) for pool, info in response.json().items()}
+        return response.json()
+
+    def pool_replicas(self) -> dict[str, int]:
+        """Running replicas per pool deployment."""
+        return {pool: info["replicas"].get("RUNNING", 0) for pool, info in self.pool_status().items()}
+
+    def scrape(self, metric: str) -> dict[str, float]:
+        """Every series of one metric on this node's Prometheus endpoint, by its label set
+        (Ray exports custom metrics with a `ray_` prefix, refreshed every ~10 s)."""
+        text = httpx.get(self.metrics_url, timeout=30).text
+        series = {}
+        for line in text.splitlines():
+            if line.startswith(metric + "{") or line.startswith(metric + " "):
+                labels, _, value = line.rpartition(" ")
+                series[labels] = float(value)
+        return series
 
     def _all_pools_running(self) -> bool:
         """Every pool deployment has reached its target (which may be zero replicas)."""

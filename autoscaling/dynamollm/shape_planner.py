@@ -8,8 +8,9 @@ instance count it needs for the pool's per-class load, and the cheapest wins: th
 choices of ScaleShard (small TP), ScaleInst (instances) and ScaleFreq (clock) are all in
 the search, so the planner never loses to one of them on the profile's terms.
 
-Load per class is the trailing peak of the rates replicas report, times a margin for
-bursts. Instances grow at once and shrink only after the smaller count held for
+Load per class is the trailing peak of the interactive rates replicas report, times a
+margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
+fills spare capacity behind interactive work, so it needs capacity on average only). Instances grow at once and shrink only after the smaller count held for
 `downscale_hold_s`; a TP change happens at a pool epoch when the watts it saves over the
 epoch pay the reconfiguration (the shared overhead table), or at once when the current
 TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
@@ -25,19 +26,29 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.classes import LengthClassConfig
+from core.slo import SLO
 from energy.profile import EnergyProfile
 
 
 class ShapePlannerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    headroom: float = Field(default=0.8, gt=0, le=1, description="Share of each SLO target to plan for.")
+    headroom: float = Field(default=0.7, gt=0, le=1, description="Share of the TBT target to plan for.")
+    ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
+        "Share of the TTFT target to plan for: the profile's TTFT is a mean (M/D/1 queueing), "
+        "the SLO is judged per request, so the tail needs room the mean does not show."))
     burst_margin: float = Field(default=0.25, ge=0, description=(
         "Extra load planned above the trailing peak rate, for bursts inside the re-plan period."))
     lookback_s: float = Field(default=120.0, gt=0, description="Window of the trailing peak rate.")
+    batch_window_s: float = Field(default=900.0, gt=0, description=(
+        "Batch work is planned at its mean rate over this window, without a burst margin: it "
+        "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
     downscale_hold_s: float = Field(default=90.0, ge=0, description=(
         "A smaller instance count must be enough for this long before the pool shrinks."))
     min_instances: int = Field(default=1, ge=0, description="Warm instances every pool keeps.")
+    first_epoch_s: float = Field(default=60.0, ge=0, description=(
+        "The first pool epoch (a TP change may happen) comes this long after the first plan: "
+        "a minute of observed load first, then the shape the operator started with may go."))
 
 
 @dataclass(frozen=True)
@@ -48,8 +59,13 @@ class PoolShape:
     power_w: float  # the pool's instances together, at the planned load
 
 
+def planning_slo(lengths: LengthClassConfig, cls: str, headroom: float, ttft_headroom: float) -> SLO:
+    slo = lengths.slo(cls)
+    return SLO(ttft_s=slo.ttft_s * ttft_headroom, tbt_s=slo.tbt_s * headroom)
+
+
 def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
-                     lengths: LengthClassConfig, headroom: float) -> float | None:
+                     lengths: LengthClassConfig, headroom: float, ttft_headroom: float | None = None) -> float | None:
     """Instances of (TP, clock) the per-class rates fill (each class's share of one
     instance is its rate over the instance's SLO-feasible capacity); None if a class
     with load cannot be served at this shape at all."""
@@ -57,7 +73,7 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
     for cls, rate in rates.items():
         if rate <= 0:
             continue
-        cap = profile.capacity(cls, tp, clock_mhz, lengths.slo(cls), headroom)
+        cap = profile.capacity(cls, tp, clock_mhz, planning_slo(lengths, cls, headroom, ttft_headroom or headroom))
         if cap <= 0:
             return None
         need += rate / cap
@@ -86,17 +102,18 @@ def _idle_w(profile: EnergyProfile, tp: int, clock_mhz: int) -> float:
 
 
 def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: LengthClassConfig,
-                   headroom: float, min_instances: int, max_gpus: int, only_tp: int | None = None) -> PoolShape | None:
+                   headroom: float, min_instances: int, max_gpus: int, only_tp: int | None = None,
+                   ttft_headroom: float | None = None, max_instances: int | None = None) -> PoolShape | None:
     best: PoolShape | None = None
     for tp in profile.tensor_parallel_degrees:
         if only_tp is not None and tp != only_tp:
             continue
         for clock in profile.clocks_mhz:
-            need = needed_instances(profile, rates, tp, clock, lengths, headroom)
+            need = needed_instances(profile, rates, tp, clock, lengths, headroom, ttft_headroom)
             if need is None:
                 continue
             n = max(math.ceil(need - 1e-9), min_instances)
-            if n * tp > max_gpus:
+            if n * tp > max_gpus or (max_instances is not None and n > max_instances):
                 continue
             power = shape_power_w(profile, rates, tp, clock, max(n, 1)) if n else 0.0
             if best is None or power < best.power_w - 1e-6:
@@ -115,7 +132,7 @@ class PoolShapePlanner:
         self.reconfigure_cost_s = reconfigure_cost_s
         self.pool_epoch_s = pool_epoch_s
         self.max_clock_mhz = max(profile.clocks_mhz)
-        self._history: dict[str, deque[tuple[float, dict[str, float]]]] = {}
+        self._history: dict[str, deque[tuple[float, dict[str, float], dict[str, float]]]] = {}
         self._shape: dict[str, PoolShape] = {}
         self._lower_since: dict[str, float] = {}
         self._next_epoch_s: float | None = None
@@ -123,45 +140,64 @@ class PoolShapePlanner:
     def shape(self, pool: str) -> PoolShape | None:
         return self._shape.get(pool)
 
-    def planning_rates(self, pool: str, rates: dict[str, float], now_s: float) -> dict[str, float]:
-        """Per class: the trailing peak of the measured rate, plus the burst margin."""
+    def planning_rates(self, pool: str, rates: dict[str, float], batch_rate: float, now_s: float) -> dict[str, float]:
+        """Per class: the trailing peak of the interactive rate plus the burst margin, and
+        the batch rate's mean over the batch window (the batch share of each class is the
+        pool's batch share: replicas report batch arrivals as one rate)."""
+        total = sum(rates.values())
+        share = min(batch_rate / total, 1.0) if total > 0 else 0.0
         history = self._history.setdefault(pool, deque())
-        history.append((now_s, dict(rates)))
-        while history and history[0][0] < now_s - self.config.lookback_s:
+        history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
+                        {c: r * share for c, r in rates.items()}))
+        horizon = max(self.config.lookback_s, self.config.batch_window_s)
+        while history and history[0][0] < now_s - horizon:
             history.popleft()
         peak: dict[str, float] = {}
-        for _, sample in history:
-            for cls, r in sample.items():
-                peak[cls] = max(peak.get(cls, 0.0), r)
-        return {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
+        batch_sum: dict[str, float] = {}
+        for t, interactive, batch in history:
+            if t >= now_s - self.config.lookback_s:
+                for cls, r in interactive.items():
+                    peak[cls] = max(peak.get(cls, 0.0), r)
+            for cls, r in batch.items():
+                batch_sum[cls] = batch_sum.get(cls, 0.0) + r
+        planned = {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
+        for cls, r in batch_sum.items():
+            planned[cls] = planned.get(cls, 0.0) + r / len(history)
+        return planned
 
-    def plan(self, pool: str, rates: dict[str, float], gpus_available: int, overloaded: bool,
-             running: PoolShape | None, now_s: float) -> PoolShape:
+    def plan(self, pool: str, rates: dict[str, float], batch_rate: float, gpus_available: int, overloaded: bool,
+             running: PoolShape | None, now_s: float, max_instances: int | None = None) -> PoolShape:
         """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
-        ones; `overloaded` (requests queue beyond what the shape expects) adds an instance;
+        ones, `max_instances` the deployment's replica cap; `overloaded` (requests queue beyond
+        what the shape expects) adds an instance;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
-        TP is kept until the first pool epoch, one epoch after start: load is observed first)."""
-        planned = self.planning_rates(pool, rates, now_s)
+        TP is kept until the first pool epoch, `first_epoch_s` after start: load is observed first)."""
+        planned = self.planning_rates(pool, rates, batch_rate, now_s)
         if self._next_epoch_s is None:
-            self._next_epoch_s = now_s + self.pool_epoch_s
+            self._next_epoch_s = now_s + self.config.first_epoch_s
         epoch = now_s >= self._next_epoch_s
         current = self._shape.get(pool, running)
         cfg = self.config
-        best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available)
+        best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
+                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances)
         if best is None:  # nothing carries the load: everything at the top shape that fits
             tp = max(self.profile.tensor_parallel_degrees)
-            best = PoolShape(tp, max(gpus_available // tp, cfg.min_instances, 1), self.max_clock_mhz, math.inf)
+            fit = min(gpus_available // tp, max_instances or gpus_available)
+            best = PoolShape(tp, max(fit, cfg.min_instances, 1), self.max_clock_mhz, math.inf)
         if current is None:
             self._shape[pool] = best
             return best
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances,
-                                     gpus_available, only_tp=current.tensor_parallel)
+                                     gpus_available, only_tp=current.tensor_parallel, ttft_headroom=cfg.ttft_headroom,
+                                     max_instances=max_instances)
             if same_tp is not None and not (epoch and self._pays(same_tp, best)):
                 best = same_tp  # keep the TP until an epoch finds the switch worth its cost
         instances = best.instances
         if overloaded:
             instances = max(instances, current.instances + 1)
+            if max_instances is not None:
+                instances = min(instances, max_instances)
         if best.tensor_parallel == current.tensor_parallel and instances < current.instances:
             since = self._lower_since.setdefault(pool, now_s)
             if now_s - since < cfg.downscale_hold_s:

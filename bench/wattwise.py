@@ -1,0 +1,253 @@
+"""The one controller against every baseline and every paper's policy alone, same run.
+
+    wattwise bench wattwise [--workloads conv,code,batch-mix,diurnal] [--diurnal-hours 24]
+                            [--jobs 2] [--json out.json] [--plot-dir out/bench-wattwise]
+
+Workloads: (a) the Azure conversation trace, 1 h; (b) the coding trace, 1 h; (c) the
+conversation trace with 30% of requests in the batch service class (1 h deadlines);
+(d) a diurnal synthetic day (2 req/s on average, 10x peak to trough, conversation lengths). Every policy
+runs the same simulator, perf model and ingress predictor error. Per workload: energy,
+J per generated token (fleet energy, idle included, over output tokens), GPU-hours,
+SLO attainment overall / worst length class / per service class, p99 TTFT and mean
+TBT, energy over the oracle floor; then the composite's targets, met or missed and by
+how much, and its decision times (planner epochs, per-step hooks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from energy.hardware import MODELS
+from sim.config import SimConfig
+from sim.engine import Simulator
+from sim.metrics import summarise
+from sim.oracle import oracle_energy
+from sim.scenario import SIMULATORS, SPECS, build
+from sim.workload import Workload, diurnal, fit_context, load_trace, with_batch_fraction
+
+COMPOSITE = "wattwise"
+BASELINES = ("singlepool", "multipool", "scaleinst", "scaleshard", "scalefreq", "static-max-clock", "llumnix")
+PAPERS = ("dynamollm", "chiron", "throttllem", "splitwise")
+# The day is long: its run keeps the strongest baselines and every paper beside the composite.
+DIURNAL_POLICIES = ("singlepool", "scaleshard", "scalefreq", "llumnix", *PAPERS, COMPOSITE)
+TARGETS = {"energy_x_singlepool": 0.40, "gpu_hours_x_singlepool": 0.60, "slo_every_class": 0.99,
+           "energy_x_oracle": 1.6, "planner_epoch_p99_ms": 50.0, "step_decision_p99_ms": 1.0}
+
+
+def workload(name: str, diurnal_hours: float, seed: int, diurnal_rate: float = 2.0) -> Workload:
+    rng = np.random.default_rng(seed)
+    conv = load_trace("conv")
+    if name == "conv":
+        w = conv
+    elif name == "code":
+        w = load_trace("code")
+    elif name == "batch-mix":
+        w = with_batch_fraction(conv, 0.3, rng)
+    elif name == "diurnal":
+        w = diurnal(diurnal_rate, diurnal_hours, 10.0, rng, conv)
+    else:
+        raise ValueError(f"unknown workload {name!r}")
+    return fit_context(w, MODELS[SimConfig().model].max_context_tokens)
+
+
+@dataclass
+class Timings:
+    """Wall time of the composite's decisions: plan epochs and per-step hook calls."""
+
+    epochs_ms: list[float]
+    steps_ms: list[float]
+
+
+def _timed(fn: Callable[..., Any], sink: list[float]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        start = time.perf_counter()
+        out = fn(*args)
+        sink.append((time.perf_counter() - start) * 1e3)
+        return out
+    return call
+
+
+def _instrument(policy: Any, setups: list, timings: Timings) -> list:
+    """Time the planner when it re-plans and every admission / clock hook call."""
+    observe = policy.observe
+
+    def timed_observe(view: Any, now_s: float) -> Any:
+        start = time.perf_counter()
+        replanned = now_s >= policy._next_plan_s  # cached plans in between cost nothing
+        plan = observe(view, now_s)
+        if replanned:
+            timings.epochs_ms.append((time.perf_counter() - start) * 1e3)
+        return plan
+
+    policy.observe = timed_observe
+
+    def wrap(factory: Callable[..., Any]) -> Callable[..., Any]:
+        def make(perf: Any, config: Any) -> Any:
+            admission, clock = factory(perf, config)
+            admission.admit = _timed(admission.admit, timings.steps_ms)
+            clock.choose_clock_mhz = _timed(clock.choose_clock_mhz, timings.steps_ms)
+            return admission, clock
+        return make
+
+    return [replace(s, batcher_policies=wrap(s.batcher_policies)) if s.batcher_policies else s for s in setups]
+
+
+def run_one(job: tuple[str, str, float, int]) -> dict[str, Any]:
+    workload_name, policy_name, diurnal_hours, seed = job
+    w = workload(workload_name, diurnal_hours, seed)
+    config = SimConfig()
+    setups, policy = build(policy_name, w, config)
+    timings = Timings([], [])
+    if policy_name == COMPOSITE:
+        setups = _instrument(policy, setups, timings)
+    started = time.perf_counter()
+    raw = SIMULATORS.get(policy_name, Simulator)(w, policy, setups, config).run()
+    summary = {"workload": workload_name, "policy": policy_name, **summarise(raw, config),
+               "wall_s": time.perf_counter() - started}
+    if timings.epochs_ms:
+        summary["planner_epoch_ms"] = {"p50": float(np.percentile(timings.epochs_ms, 50)),
+                                       "p99": float(np.percentile(timings.epochs_ms, 99))}
+        summary["step_decision_ms"] = {"p50": float(np.percentile(timings.steps_ms, 50)),
+                                       "p99": float(np.percentile(timings.steps_ms, 99))}
+    summary["series"] = {"t_s": list(raw.series.t_s), "energy_j": list(raw.series.energy_j),
+                         "ready": {k: list(v) for k, v in raw.series.ready.items()}}
+    return summary
+
+
+def _worst_class(r: dict[str, Any]) -> tuple[str, float]:
+    classes = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2 and k.isupper()}
+    name = min(classes, key=classes.get)
+    return name, classes[name]
+
+
+def table(rows: list[dict[str, Any]], oracle_j: float) -> str:
+    base = next(r for r in rows if r["policy"] == "singlepool")
+    head = (f"{'policy':>17} {'kWh':>6} {'x SP':>5} {'J/tok':>6} {'GPU-h':>6} {'x SP':>5} {'SLO %':>6} "
+            f"{'worst class':>12} {'inter %':>7} {'batch %':>7} {'p99 TTFT':>8} {'p99 TBT':>8} {'x oracle':>8}")
+    lines = [head]
+    for r in rows:
+        slo = r["slo_attainment"]
+        cls, worst = _worst_class(r)
+        batch = slo.get("batch")
+        lines.append(
+            f"{r['policy']:>17} {r['energy_kwh']:>6.2f} {r['energy_j'] / base['energy_j']:>5.2f} "
+            f"{r['j_per_token']:>6.2f} {r['gpu_hours']:>6.1f} {r['gpu_hours'] / base['gpu_hours']:>5.2f} "
+            f"{slo['overall'] * 100:>6.1f} {cls + ' ' + format(worst * 100, '.1f'):>12} "
+            f"{slo.get('interactive', float('nan')) * 100:>7.1f} "
+            f"{'-' if batch is None else format(batch * 100, '.1f'):>7} {r['p99_ttft_s']:>8.2f} "
+            f"{r['p99_tbt_s']:>8.3f} {r['energy_j'] / oracle_j:>8.2f}")
+    lines.append(f"{'oracle (floor)':>17} {oracle_j / 3.6e6:>6.2f} {oracle_j / base['energy_j']:>5.2f}")
+    return "\n".join(lines)
+
+
+def verdicts(rows: list[dict[str, Any]], oracle_j: float) -> list[str]:
+    """The composite's targets on this workload: met, or missed and by how much."""
+    by = {r["policy"]: r for r in rows}
+    ours, base = by[COMPOSITE], by["singlepool"]
+    checks = [
+        ("energy <= 0.40x SinglePool", ours["energy_j"] / base["energy_j"], TARGETS["energy_x_singlepool"], "le"),
+        ("GPU-hours <= 0.60x SinglePool", ours["gpu_hours"] / base["gpu_hours"], TARGETS["gpu_hours_x_singlepool"], "le"),
+        ("SLO >= 99% in every class", min(_worst_class(ours)[1], *(ours["slo_attainment"].get(s, 1.0) for s in
+                                                                   ("interactive", "batch"))),
+         TARGETS["slo_every_class"], "ge"),
+        ("energy <= 1.6x oracle floor", ours["energy_j"] / oracle_j, TARGETS["energy_x_oracle"], "le"),
+    ]
+    if "planner_epoch_ms" in ours:
+        checks += [("planner epoch p99 <= 50 ms", ours["planner_epoch_ms"]["p99"], TARGETS["planner_epoch_p99_ms"], "le"),
+                   ("per-step decision p99 <= 1 ms", ours["step_decision_ms"]["p99"], TARGETS["step_decision_p99_ms"],
+                    "le")]
+    out = []
+    for label, value, target, sense in checks:
+        met = value <= target if sense == "le" else value >= target
+        out.append(f"  {'met   ' if met else 'MISSED'} {label}: {value:.3g} (target {target:g})")
+    ours_slo = ours["slo_attainment"]["overall"]
+    for r in rows:
+        if r["policy"] == COMPOSITE:
+            continue
+        lower = ours["energy_j"] < r["energy_j"]
+        slo_ok = ours_slo >= r["slo_attainment"]["overall"] - 1e-9
+        verdict = "beats" if lower and slo_ok else "does NOT beat"
+        out.append(f"  {verdict} {r['policy']}: energy {ours['energy_j'] / r['energy_j']:.2f}x, "
+                   f"SLO {ours_slo * 100:.1f}% vs {r['slo_attainment']['overall'] * 100:.1f}%")
+    return out
+
+
+def plot(rows: list[dict[str, Any]], out_dir: Path, name: str) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fig, (energy_ax, replicas_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
+    for r in rows:
+        t = np.asarray(r["series"]["t_s"]) / 3600
+        energy_ax.plot(t, np.asarray(r["series"]["energy_j"]) / 3.6e6, label=r["policy"],
+                       linewidth=2.5 if r["policy"] == COMPOSITE else 1)
+        replicas = np.sum([np.asarray(v) for v in r["series"]["ready"].values()], axis=0)
+        replicas_ax.step(t, replicas, where="post", label=r["policy"], linewidth=2.5 if r["policy"] == COMPOSITE else 1)
+    energy_ax.set(ylabel="cumulative energy (kWh)", title=f"{name}: energy and replicas per policy")
+    replicas_ax.set(xlabel="time (h)", ylabel="ready replicas (all pools)")
+    energy_ax.legend(fontsize="small", ncol=3)
+    path = out_dir / f"{name}.png"
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return [path]
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="wattwise bench wattwise", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--workloads", default="conv,code,batch-mix,diurnal")
+    p.add_argument("--policies", default=None, help="comma-separated subset (default: all, the day: a subset)")
+    p.add_argument("--diurnal-hours", type=float, default=24.0)
+    p.add_argument("--jobs", type=int, default=2, help="simulations run in parallel")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--plot-dir", type=Path, default=None)
+    args = p.parse_args(argv)
+    names = args.workloads.split(",")
+    chosen = args.policies.split(",") if args.policies else None
+    every = [*BASELINES, *PAPERS, COMPOSITE]
+    jobs = [(n, pol, args.diurnal_hours, args.seed) for n in names
+            for pol in (chosen or (DIURNAL_POLICIES if n == "diurnal" else every))]
+    for pol in {j[1] for j in jobs}:
+        if pol not in SPECS:
+            raise SystemExit(f"unknown policy {pol!r}; known: {', '.join(SPECS)}")
+    started = time.perf_counter()
+    with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(run_one, jobs))
+    report: dict[str, Any] = {}
+    for n in names:
+        rows = [r for r in results if r["workload"] == n]
+        oracle_j = oracle_energy(workload(n, args.diurnal_hours, args.seed), SimConfig()).energy_j
+        print(f"\n== {n} ==")
+        print(table(rows, oracle_j))
+        if any(r["policy"] == COMPOSITE for r in rows) and any(r["policy"] == "singlepool" for r in rows):
+            print("\n".join(verdicts(rows, oracle_j)))
+            ours = next(r for r in rows if r["policy"] == COMPOSITE)
+            if "planner_epoch_ms" in ours:
+                print(f"  decision times: planner epoch p50/p99 {ours['planner_epoch_ms']['p50']:.2f}/"
+                      f"{ours['planner_epoch_ms']['p99']:.2f} ms; per-step hook p50/p99 "
+                      f"{ours['step_decision_ms']['p50']:.3f}/{ours['step_decision_ms']['p99']:.3f} ms")
+        if args.plot_dir is not None:
+            plot(rows, args.plot_dir, n)
+        report[n] = {"oracle_j": oracle_j, "rows": [{k: v for k, v in r.items() if k != "series"} for r in rows]}
+    print(f"\n{len(jobs)} simulations in {time.perf_counter() - started:.0f} s")
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
