@@ -11,7 +11,10 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-PROMPTS_FILE = Path(__file__).resolve().parent.parent / "data" / "prompts" / "sharegpt_pairs.jsonl"
+from wattwise.paths import DATA
+
+# The checkout's data/ or, in an installed wheel, its package data (wattwise.paths).
+PROMPTS_FILE = DATA / "prompts" / "sharegpt_pairs.jsonl"
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,10 @@ from pathlib import Path
 
 import numpy as np
 
-TRACE_DIR = Path(__file__).resolve().parent.parent / "data" / "azure"
+from wattwise.paths import DATA
+
+# The checkout's data/ or, in an installed wheel, its package data (wattwise.paths).
+TRACE_DIR = DATA / "azure"
 TRACES = {name: TRACE_DIR / f"AzureLLMInferenceTrace_{name}.csv" for name in ("conv", "code")}
 
 
