@@ -25,11 +25,11 @@ from engines.vllm_config import VllmEngineConfig
 class PoolAutoscaling(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(default=4, ge=1)
-    initial_replicas: int | None = Field(default=None, ge=0)
-    metrics_interval_s: float = Field(default=0.5, gt=0)
-    look_back_period_s: float = Field(default=2.0, gt=0)
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas the controller may leave the pool with.")
+    max_replicas: int = Field(default=4, ge=1, description="Most replicas the controller may give the pool.")
+    initial_replicas: int | None = Field(default=None, ge=0, description="Replicas at start; None: min_replicas.")
+    metrics_interval_s: float = Field(default=0.5, gt=0, description="How often each replica reports its metrics to Serve's controller (s).")
+    look_back_period_s: float = Field(default=2.0, gt=0, description="Window Serve averages the reported metrics over (s).")
 
     @model_validator(mode="after")
     def _bounds(self) -> PoolAutoscaling:
@@ -46,37 +46,20 @@ class PoolConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,30}$")
-    classes: list[str] = Field(min_length=1)
-    # No `kind` (or kind: sim): simulated GPUs; kind: vllm: the real engine (engines.vllm_config).
-    engine: EngineConfig = SimEngineConfig()
-    autoscaling: PoolAutoscaling = PoolAutoscaling()
-    max_ongoing_requests: int = Field(default=512, gt=0)
-    max_queued_requests: int = Field(default=1024, gt=0)
-    num_cpus: float = Field(default=0.1, ge=0)
-    # "token_balanced": Mico's pending-token balance across the pool's replicas
-    # (deployments.token_router); "default": Serve's power-of-two-choices router.
-    request_router: Literal["default", "token_balanced"] = "default"
-    # Chiron: a pool of interactive, mixed or batch replicas (routing by service class
-    # instead of length class); None for length-class pools.
-    kind: Literal["interactive", "mixed", "batch"] | None = None
-    # Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's
-    # `splitwise` coordinator picks a prompt and a token replica for every request.
-    phase: Literal["prompt", "token", "mixed"] | None = None
-    # Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit.
-    local_autoscaler: LocalAutoscalerConfig | None = None
-    # TP degrees the controller may run the pool at (DynamoLLM's pool manager, throttLL'eM's
-    # engine sizing); None: only the engine's own `tensor_parallel`.
-    tensor_parallel_options: list[int] | None = None
-    # How a TP change happens. "shadow": one deployment per TP option; the new degree's
-    # replicas start beside the serving ones, traffic switches when they all run, the old
-    # deployment drains (autoscaling.shadow_rollout). "in_place": replicas re-shard their
-    # engine (the sim engine models DynamoLLM's re-sharding and its cost). None: shadow for
-    # engines that cannot re-shard (vLLM), in place for the sim engine.
-    tp_change: Literal["in_place", "shadow"] | None = None
-    # A replica being stopped (scale-down, a drained shadow) gets this long to finish its
-    # in-flight requests; Serve's default of 20 s cuts long generations short.
-    graceful_shutdown_timeout_s: float = Field(default=120.0, gt=0)
+    name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,30}$", description="Pool name; its Serve deployment is `pool-<name>`.")
+    classes: list[str] = Field(min_length=1, description="Length classes (e.g. SS, SM, SL) routed to this pool; each class in exactly one pool.")
+    engine: EngineConfig = Field(default=SimEngineConfig(), description="The replicas' engine: no `kind` (or kind: sim) simulated GPUs (SimEngineConfig); kind: vllm the real engine (VllmEngineConfig).")
+    autoscaling: PoolAutoscaling = Field(default=PoolAutoscaling(), description="Replica bounds and Serve's metric reporting for the pool.")
+    max_ongoing_requests: int = Field(default=512, gt=0, description="Serve's cap on requests in flight per replica.")
+    max_queued_requests: int = Field(default=1024, gt=0, description="Serve's cap on requests queued for the pool's replicas; beyond it Serve refuses them (back-pressure).")
+    num_cpus: float = Field(default=0.1, ge=0, description="CPUs Ray reserves per replica.")
+    request_router: Literal["default", "token_balanced"] = Field(default="default", description="\"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
+    kind: Literal["interactive", "mixed", "batch"] | None = Field(default=None, description="Chiron: a pool of interactive, mixed or batch replicas (routing by service class instead of length class); None for length-class pools.")
+    phase: Literal["prompt", "token", "mixed"] | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
+    local_autoscaler: LocalAutoscalerConfig | None = Field(default=None, description="Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit; None: off.")
+    tensor_parallel_options: list[int] | None = Field(default=None, description="TP degrees the controller may run the pool at (DynamoLLM's pool manager, throttLL'eM's engine sizing); None: only the engine's own `tensor_parallel`.")
+    tp_change: Literal["in_place", "shadow"] | None = Field(default=None, description="How a TP change happens. \"shadow\": one deployment per TP option, the new degree's replicas start beside the serving ones, traffic switches when they all run, the old deployment drains (autoscaling.shadow_rollout). \"in_place\": replicas re-shard their engine (the sim engine models DynamoLLM's re-sharding and its cost). None: shadow for engines that cannot re-shard (vLLM), in place for the sim engine.")
+    graceful_shutdown_timeout_s: float = Field(default=120.0, gt=0, description="A replica being stopped (scale-down, a drained shadow) gets this long to finish its in-flight requests; Serve's default of 20 s cuts long generations short.")
 
     @model_validator(mode="after")
     def _tp_options(self) -> PoolConfig:
@@ -127,15 +110,13 @@ class ApiKey(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False)
-    tenant: str = Field(min_length=1, max_length=128)
-    service_class: str = "interactive"
-    # Per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.
-    requests_per_s: float | None = Field(default=None, gt=0)
-    tokens_per_s: float | None = Field(default=None, gt=0)
-    # The tenant's own latency targets; they replace the service class's (and length class's).
-    ttft_s: float | None = Field(default=None, gt=0)
-    tbt_s: float | None = Field(default=None, gt=0)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False, description="sha256 hex of the key; the key itself is never stored.")
+    tenant: str = Field(min_length=1, max_length=128, description="Tenant the key belongs to; its keys share its rate limits.")
+    service_class: str = Field(default="interactive", description="Service class of the key's requests (a key of `services`).")
+    requests_per_s: float | None = Field(default=None, gt=0, description="Requests per second per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.")
+    tokens_per_s: float | None = Field(default=None, gt=0, description="Tokens per second per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.")
+    ttft_s: float | None = Field(default=None, gt=0, description="The tenant's own time-to-first-token target (s); replaces the service class's and length class's.")
+    tbt_s: float | None = Field(default=None, gt=0, description="The tenant's own time-between-tokens target (s); replaces the service class's and length class's.")
 
 
 class AdminKey(BaseModel):
@@ -143,8 +124,8 @@ class AdminKey(BaseModel):
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False)
-    name: str = Field(default="admin", min_length=1, max_length=128)
+    sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False, description="sha256 hex of the key; the key itself is never stored.")
+    name: str = Field(default="admin", min_length=1, max_length=128, description="Names the operator's key in logs instead of the key.")
 
 
 def hash_key(key: str) -> str:
@@ -216,9 +197,9 @@ class BatchApiConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
-    db_path: str = "~/.wattwise/batches.sqlite"
-    max_in_flight: int = Field(default=32, gt=0)
+    enabled: bool = Field(default=True, description="Serve the OpenAI Batch API (/v1/files, /v1/batches) and its durable queue.")
+    db_path: str = Field(default="~/.wattwise/batches.sqlite", description="SQLite file of the batch queue, on the node running it.")
+    max_in_flight: int = Field(default=32, gt=0, description="Batch requests the queue has in flight on the pools at once.")
 
 
 class AppConfig(BaseModel):
@@ -226,39 +207,26 @@ class AppConfig(BaseModel):
     # `sha256` field must not end up in a log.
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
-    model_name: str = "llama2-70b-sim"
-    pools: list[PoolConfig] = Field(default_factory=default_pools)
-    lengths: LengthClassConfig = LengthClassConfig()
-    services: dict[str, ServiceClass] = Field(default_factory=default_service_classes)
-    default_service_class: str = "interactive"
-    # Empty (and no api_keys_file): no auth, the service class comes from the
-    # X-Service-Class header.
-    api_keys: list[ApiKey] = Field(default_factory=list)
-    # A JSON or YAML file with more keys (app.auth.load_key_file), read once when the app
-    # is built; its entries are merged into api_keys / admin_keys and the path cleared.
-    api_keys_file: str | None = None
-    # Keys for /admin/*; empty: the admin endpoints answer 403 (disabled).
-    admin_keys: list[AdminKey] = Field(default_factory=list)
-    default_max_tokens: int = Field(default=256, gt=0)
-    # Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).
-    rate_limit_burst_s: float = Field(default=5.0, gt=0)
-    # Concurrent HTTP requests per ingress replica; Serve's default of 5 would queue
-    # streams behind each other at the proxy.
-    ingress_max_ongoing_requests: int = Field(default=2048, gt=0)
-    max_request_bytes: int = Field(default=1_000_000, gt=0)
-    # Tokens are sent through Serve in batches at most this far apart (each yield is a
-    # Ray object, so one per token would cap a replica at a few hundred tokens/s).
-    stream_flush_s: float = Field(default=0.05, ge=0)
-    prior_output_tokens: int = Field(default=200, gt=0)
-    predictor: PredictorConfig = PredictorConfig()
-    batch_api: BatchApiConfig = BatchApiConfig()
-    # Splitwise's phase split; in effect when the pools have phases.
-    splitwise: SplitwiseServeConfig = SplitwiseServeConfig()
+    model_name: str = Field(default="llama2-70b-sim", description="Model name the OpenAI API reports and accepts in requests.")
+    pools: list[PoolConfig] = Field(default_factory=default_pools, description="Replica deployments and the length classes each serves; default: three pools by input size (short TP2, medium TP4, long TP8).")
+    lengths: LengthClassConfig = Field(default=LengthClassConfig(), description="DynamoLLM's length classes: the input/output token thresholds of S/M/L.")
+    services: dict[str, ServiceClass] = Field(default_factory=default_service_classes, description="Service classes by name (interactive, batch, ...) with their latency targets.")
+    default_service_class: str = Field(default="interactive", description="Service class of a request that names none (a key of `services`).")
+    api_keys: list[ApiKey] = Field(default_factory=list, description="Tenant keys. Empty (and no api_keys_file): no auth, the service class comes from the X-Service-Class header.")
+    api_keys_file: str | None = Field(default=None, description="A JSON or YAML file with more keys (app.auth.load_key_file), read once when the app is built; its entries are merged into api_keys / admin_keys and the path cleared.")
+    admin_keys: list[AdminKey] = Field(default_factory=list, description="Keys for /admin/*; empty: the admin endpoints answer 403 (disabled).")
+    default_max_tokens: int = Field(default=256, gt=0, description="max_tokens of a request that sets none.")
+    rate_limit_burst_s: float = Field(default=5.0, gt=0, description="Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).")
+    ingress_max_ongoing_requests: int = Field(default=2048, gt=0, description="Concurrent HTTP requests per ingress replica; Serve's default of 5 would queue streams behind each other at the proxy.")
+    max_request_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body accepted; larger: 413.")
+    stream_flush_s: float = Field(default=0.05, ge=0, description="Streamed tokens are sent through Serve in batches at most this far apart (s); one Ray object per token would cap a replica at a few hundred tokens/s.")
+    prior_output_tokens: int = Field(default=200, gt=0, description="Output length assumed for a request before the predictor has anything better (the bucket_median prior).")
+    predictor: PredictorConfig = Field(default=PredictorConfig(), description="Mico's output-length predictor that picks each request's length class.")
+    batch_api: BatchApiConfig = Field(default=BatchApiConfig(), description="The OpenAI Batch API and its durable queue.")
+    splitwise: SplitwiseServeConfig = Field(default=SplitwiseServeConfig(), description="Splitwise's phase split; in effect when the pools have phases.")
 
     # ---- reliability (deployments.resume) ----
-    # A request whose replica fails is retried at most this often: streams resume
-    # where they stopped, other requests start over; then a 503 with Retry-After.
-    max_retries: int = Field(default=2, ge=0, le=5)
+    max_retries: int = Field(default=2, ge=0, le=5, description="A request whose replica fails is retried at most this often: streams resume where they stopped, other requests start over; then a 503 with Retry-After.")
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:

@@ -23,6 +23,7 @@ commands:
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
   plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
+  config-docs  print the configuration reference (docs/configuration.md) from the schema [--out PATH]
   bench      run a benchmark: wattwise | ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
 """
 
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         from wattwise.prepare_model import main as run
     elif command == "bench":
         run = _bench
+    elif command == "config-docs":
+        from wattwise.config_docs import main as run
     else:
         print(f"unknown command {command!r}\n{USAGE}", file=sys.stderr)
         return 2
