@@ -96,8 +96,11 @@ def build_app(args: dict[str, Any]) -> Application:
         names = [name for p in config.pools for name in p.deployments_by_tp().values()]
         raise ValueError(f"pools[].tensor_parallel_options: deployment names collide ({names}); rename a pool whose "
                          "name ends in -tp<N>")
+    spread = {} if config.ingress_max_replicas_per_node is None else {
+        "max_replicas_per_node": config.ingress_max_replicas_per_node}
     ingress = Ingress.options(
-        ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests
+        ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests,
+        num_replicas=config.ingress_replicas, **spread,
     )
     batch_queue = _batch_queue(config) if config.batch_api.enabled else None
     splitwise = SplitwiseCoordinator.bind(

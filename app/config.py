@@ -218,6 +218,12 @@ class AppConfig(BaseModel):
     default_max_tokens: int = Field(default=256, gt=0, description="max_tokens of a request that sets none.")
     rate_limit_burst_s: float = Field(default=5.0, gt=0, description="Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).")
     ingress_max_ongoing_requests: int = Field(default=2048, gt=0, description="Concurrent HTTP requests per ingress replica; Serve's default of 5 would queue streams behind each other at the proxy.")
+    ingress_replicas: int = Field(
+        default=2, ge=1, description="Ingress replicas. Serve spreads them over nodes (soft), so losing one "
+        "node loses only the streams its replica carried; 1 makes the ingress a single point of failure.")
+    ingress_max_replicas_per_node: int | None = Field(
+        default=None, ge=1, description="Hard cap on ingress replicas per node (Serve's max_replicas_per_node); "
+        "None keeps Serve's soft spread, which still starts every replica on a one-node cluster.")
     max_request_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body accepted; larger: 413.")
     stream_flush_s: float = Field(default=0.05, ge=0, description="Streamed tokens are sent through Serve in batches at most this far apart (s); one Ray object per token would cap a replica at a few hundred tokens/s.")
     prior_output_tokens: int = Field(default=200, gt=0, description="Output length assumed for a request before the predictor has anything better (the bucket_median prior).")

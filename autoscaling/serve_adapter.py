@@ -17,6 +17,11 @@ deployment, and `wattwise_tp_rollouts_total` counts how rollouts ended. An opera
 pins (POST /admin/tensor_parallel) are read from the plan store and win over the policy.
 A deployment the plan empties keeps its replicas `handover_s` longer (autoscaling.handover),
 until the ingress has read the plan that routes its traffic elsewhere.
+
+The plan is re-published every `republish_s` even when unchanged: readers measure its age
+from it (`wattwise_plan_age_seconds`), and a plan store Ray restarted after its node died
+gets the newest plan within that time. The controller's gauges (ControllerMetrics) are
+set from the first call, so a healthy system shows zeros rather than empty panels.
 """
 
 from __future__ import annotations
@@ -113,10 +118,12 @@ class OperatorPins:
         return self.pins
 
 
-class FailStaticMetrics:
-    """The controller-side gauges and counters; created only inside a Ray worker."""
+class ControllerMetrics:
+    """The controller-side gauges and counters; created only inside a Ray worker, and set
+    at the first call (fail-static 0, counters at 0) so dashboards never show gaps."""
 
-    def __init__(self) -> None:
+    def __init__(self, app_name: str) -> None:
+        self.app_name = app_name
         self.fail_static = ray_metrics.Gauge(
             "wattwise_fail_static", "1 while the autoscaling policy fails static (keeps the last plan).",
             tag_keys=("application",))
@@ -126,19 +133,58 @@ class FailStaticMetrics:
         self.rollouts = ray_metrics.Counter(
             "wattwise_tp_rollouts_total", "Shadow TP rollouts by how they ended (completed, abandoned, "
             "cancelled, retargeted).", tag_keys=("application", "pool", "outcome"))
+        self.plan_version = ray_metrics.Gauge(
+            "wattwise_controller_plan_version", "Plans the controller has published since it started.",
+            tag_keys=("application",))
+        self.plan_age = ray_metrics.Gauge(
+            "wattwise_controller_plan_age_seconds", "Seconds since the controller's plan last changed.",
+            tag_keys=("application",))
+        self.replicas = ray_metrics.Gauge(
+            "wattwise_plan_replicas", "Replica target of each deployment in the controller's plan.",
+            tag_keys=("application", "pool"))
+        self.tensor_parallel = ray_metrics.Gauge(
+            "wattwise_plan_tensor_parallel", "TP degree of each pool in the controller's plan.",
+            tag_keys=("application", "pool"))
+        self.clock_band = ray_metrics.Gauge(
+            "wattwise_plan_clock_band_mhz", "Clock band (bound=low|high) the plan gives each pool's clock hook.",
+            tag_keys=("application", "pool", "bound"))
+        self.routing_weight = ray_metrics.Gauge(
+            "wattwise_plan_routing_weight", "Share of a service class the plan routes to each pool.",
+            tag_keys=("application", "service_class", "pool"))
+        self.fail_static.set(0.0, self._tags())
+        for counter in (self.failures, self.rollouts):
+            counter.inc(0.0, self._tags())
 
-    def record(self, app_name: str, reason: str | None) -> None:
-        self.fail_static.set(1.0 if reason else 0.0, {"application": app_name})
+    def _tags(self, **more: str) -> dict[str, str]:
+        return {"application": self.app_name, **more}
+
+    def record(self, reason: str | None) -> None:
+        self.fail_static.set(1.0 if reason else 0.0, self._tags())
         if reason:
-            self.failures.inc(1, {"application": app_name, "reason": reason})
+            self.failures.inc(1, self._tags(reason=reason))
 
-    def rollout(self, app_name: str, event: RolloutEvent) -> None:
-        self.rollouts.inc(1, {"application": app_name, "pool": event.pool, "outcome": event.outcome})
+    def rollout(self, event: RolloutEvent) -> None:
+        self.rollouts.inc(1, self._tags(pool=event.pool, outcome=event.outcome))
+
+    def plan(self, plan: ClusterPlan, version: int, age_s: float) -> None:
+        """The decisions of the plan the controller holds, one gauge per field and pool."""
+        self.plan_version.set(version, self._tags())
+        self.plan_age.set(age_s, self._tags())
+        for pool, n in plan.replicas.items():
+            self.replicas.set(n, self._tags(pool=pool))
+        for pool, tp in plan.tensor_parallel.items():
+            self.tensor_parallel.set(tp, self._tags(pool=pool))
+        for pool, (low, high) in plan.clock_band_mhz.items():
+            self.clock_band.set(low, self._tags(pool=pool, bound="low"))
+            self.clock_band.set(high, self._tags(pool=pool, bound="high"))
+        for service_class, weights in plan.routing_weights.items():
+            for pool, weight in weights.items():
+                self.routing_weight.set(weight, self._tags(service_class=service_class, pool=pool))
 
 
 class AppAutoscalingPolicy:
     def __init__(self, policy: str = "utilisation", stale_after_s: float = 30.0, shadow_timeout_s: float = 600.0,
-                 handover_s: float = 5.0, **policy_kwargs: Any) -> None:
+                 handover_s: float = 5.0, republish_s: float = 5.0, **policy_kwargs: Any) -> None:
         self.policy = make_policy(policy, **policy_kwargs)
         self.stale_after_s = stale_after_s
         # A shadow deployment not fully up this long after a TP change is given up.
@@ -146,12 +192,17 @@ class AppAutoscalingPolicy:
         self.rollouts = ShadowRollouts([], shadow_timeout_s)
         # A deployment the plan empties keeps its replicas this long, until the ingress has seen the plan.
         self.handover = EmptyingHandover(handover_s)
+        # An unchanged plan is sent again this often (plan age, a restarted plan store).
+        self.republish_s = republish_s
         self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None
         self._published: tuple[ClusterPlan, dict[str, Any]] | None = None
+        self._published_s = float("-inf")  # controller time of the last publish
+        self._changed_s = 0.0  # controller time the published plan last changed
+        self.plan_version = 0  # plans published that differed from the one before
         self._stats_seen_s: float | None = None
-        self._metrics: FailStaticMetrics | None = None
+        self._metrics: ControllerMetrics | None = None
         self._store: Any = None
 
     def _check_fresh(self, ctxs: dict[Any, Any], now: float) -> None:
@@ -164,17 +215,15 @@ class AppAutoscalingPolicy:
         if now - self._stats_seen_s > self.stale_after_s:
             raise StaleStats(f"no replica stats for {now - self._stats_seen_s:.0f} s")
 
-    def _metrics_of(self, app_name: str | None) -> FailStaticMetrics | None:
+    def _metrics_of(self, app_name: str | None) -> ControllerMetrics | None:
         if app_name is None or not ray.is_initialized():
             return None
         if self._metrics is None:
-            self._metrics = FailStaticMetrics()
+            self._metrics = ControllerMetrics(app_name)
         return self._metrics
 
     def _store_of(self, app_name: str | None) -> Any:
-        if app_name is None or not ray.is_initialized():
-            return None
-        if self._store is None:
+        if self._store is None and app_name is not None and ray.is_initialized():
             self._store = plan_store(app_name)
         return self._store
 
@@ -182,16 +231,25 @@ class AppAutoscalingPolicy:
         self.fail_static_reason = reason
         metrics = self._metrics_of(app_name)
         if metrics is not None:
-            metrics.record(app_name, reason)
+            metrics.record(reason)
 
-    def _publish(self, plan: ClusterPlan, app_name: str | None) -> None:
-        """Hand TP, clocks, batch limits, routing and rollout state to the runtime (fire and forget)."""
+    def _publish(self, plan: ClusterPlan, app_name: str | None, now: float) -> None:
+        """Hand TP, clocks, batch limits, routing and rollout state to the runtime (fire and
+        forget): on a change, and every `republish_s` unchanged (plan age, store restarts)."""
         published = (plan, self.rollouts.report())
         store = self._store_of(app_name)
-        if published == self._published or store is None:
+        if store is None:
             return
-        store.publish.remote(plan_to_dict(plan), published[1])
-        self._published = published
+        changed = published != self._published
+        if changed:
+            self.plan_version += 1
+            self._changed_s = now
+        if changed or now - self._published_s >= self.republish_s:
+            store.publish.remote(plan_to_dict(plan), published[1])
+            self._published, self._published_s = published, now
+        metrics = self._metrics_of(app_name)
+        if metrics is not None:
+            metrics.plan(plan, self.plan_version, now - self._changed_s)
 
     def _shadow_rollouts(self, ctxs: dict[Any, Any]) -> ShadowRollouts:
         """The rollout state machine for the app's shadow pools (new if they changed: a redeploy)."""
@@ -217,9 +275,9 @@ class AppAutoscalingPolicy:
                 event.outcome, event.after_s)
             metrics = self._metrics_of(app_name)
             if metrics is not None:
-                metrics.rollout(app_name, event)
+                metrics.rollout(event)
         published = rollouts.published(plan, decision)
-        self._publish(published, app_name)
+        self._publish(published, app_name, now)
         previous = {dep_id.name: ctx.target_num_replicas for dep_id, ctx in ctxs.items()}
         targets = self.handover.hold({name: published.replicas.get(name, n) for name, n in previous.items()},
                                      previous, now)
@@ -237,7 +295,7 @@ class AppAutoscalingPolicy:
             reason = "stale_stats" if isinstance(exc, StaleStats) else type(exc).__name__
             logger.exception("wattwise autoscaling policy failed (%d); keeping current targets", self.failures)
             decisions = {dep_id: ctx.target_num_replicas for dep_id, ctx in ctxs.items()}
-        if reason != self.fail_static_reason or reason:
+        if reason != self.fail_static_reason or reason or self._metrics is None:
             self._report(app_name, reason)
         state = {"policy_failures": self.failures, "fail_static": reason is not None, "fail_static_reason": reason}
         return decisions, {dep_id: dict(state) for dep_id in ctxs}

@@ -44,7 +44,7 @@ from deployments.http_app import error_response, fastapi_app
 from deployments.metrics import IngressMetrics
 from deployments.phase_split import PhaseSplit
 from deployments.plan_store import follow_plan
-from deployments.resume import ResumableStream, StreamBroken, call_with_retries
+from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
 from deployments.tracing import tracer
 
 ROUTE_COMPLETIONS = "/v1/completions"
@@ -87,23 +87,32 @@ def _outcome_of(err: APIError) -> str:
     return "error_retryable" if err.retry_after_s is not None else "error_final"
 
 
-def _service_report(request: Any, pool: str, result: dict[str, Any]) -> dict[str, Any] | None:
-    """How the request was served against its SLO: the `wattwise` field of a response."""
+def _service_report(request: Any, pool: str, result: dict[str, Any], resumption: Resumption, now_s: float,
+                    first_token_s: float | None = None) -> dict[str, Any] | None:
+    """How the request was served against its SLO, as the client saw it (the `wattwise`
+    field of a response): from arrival at the ingress to the client's last token, resumes
+    included; a resume's silence longer than the TTFT target misses the SLO."""
     usage = result.get("usage")
     if not usage:
         return None
     n = usage["completion_tokens"]
-    mean_tbt_s = (usage["e2e_s"] - usage["ttft_s"]) / (n - 1) if n > 1 else 0.0
+    ttft_s = usage["ttft_s"] if first_token_s is None else first_token_s - request.arrival_s
+    e2e_s = max(now_s - request.arrival_s, ttft_s)
+    mean_tbt_s = (e2e_s - ttft_s) / (n - 1) if n > 1 else 0.0
     return {
         "length_class": request.length_class,
         "service_class": request.service_class,
         "pool": pool,
-        "ttft_s": usage["ttft_s"],
+        "ttft_s": ttft_s,
         "mean_tbt_s": mean_tbt_s,
-        "e2e_s": usage["e2e_s"],
+        "e2e_s": e2e_s,
         "slo_ttft_s": request.slo.ttft_s,
         "slo_tbt_s": request.slo.tbt_s,
-        "slo_met": usage["ttft_s"] <= request.slo.ttft_s and mean_tbt_s <= request.slo.tbt_s,
+        "slo_met": (ttft_s <= request.slo.ttft_s and mean_tbt_s <= request.slo.tbt_s
+                    and resumption.stall_s <= request.slo.ttft_s),
+        "resumed": resumption.resumed,
+        "retries": resumption.retries,
+        "resume_stall_s": resumption.stall_s,
         **({"splitwise": result["splitwise"]} if result.get("splitwise") else {}),
     }
 
@@ -240,14 +249,28 @@ class Ingress(AdminRoutes, BatchApiRoutes):
                 self._sse(gen, first, rid, body.model, render, request, route, include_usage),
                 media_type="text/event-stream",
             )
+        retried: list[str] = []
+
+        def on_retry(next_pool: str) -> None:
+            retried.append(next_pool)
+            self.metrics.retried(next_pool)
+
         result = await self._call(call_with_retries(
-            lambda p: self._start_complete(request, p), pools, self.config.max_retries, self.metrics.retried))
+            lambda p: self._start_complete(request, p), pools, self.config.max_retries, on_retry))
         self._learn(request, result)
         self.metrics.record(route, 200)
         self.metrics.outcome(route, "completed")
         response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
-        response["wattwise"] = _service_report(request, pool, result)
+        response["wattwise"] = self._report(request, pool, result, Resumption(retries=len(retried)))
         return response
+
+    def _report(self, request: Any, pool: str, result: dict[str, Any], resumption: Resumption,
+                first_token_s: float | None = None) -> dict[str, Any] | None:
+        """The response's `wattwise` block, also counted in the ingress's latency and SLO metrics."""
+        report = _service_report(request, pool, result, resumption, time.time(), first_token_s)
+        if report is not None:
+            self.metrics.served(request.service_class, report["e2e_s"], report["slo_met"], resumption.resumed)
+        return report
 
     async def _candidates(self, service_class: str, pool: str) -> list[str]:
         """Pools to try in order. With Chiron's replica kinds: interactive requests go to
@@ -411,7 +434,8 @@ class Ingress(AdminRoutes, BatchApiRoutes):
                 body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True, first_chunk)
                 first_chunk = False
                 if chunk["finish_reason"]:
-                    body["wattwise"] = _service_report(request, gen.pool, chunk)
+                    body["wattwise"] = self._report(request, gen.pool, chunk, gen.resumption(),
+                                                    gen.progress.first_token_s)
                 yield f"data: {json.dumps(body)}\n\n"
                 if chunk["finish_reason"]:
                     self._learn(request, chunk)

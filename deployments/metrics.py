@@ -108,6 +108,13 @@ class IngressMetrics:
         self.retries = metrics.Counter(
             "wattwise_request_retries_total", "Requests retried or resumed after a replica failed.", ("pool",)
         )
+        # Measured at the ingress: arrival to the client's last token, across resumes.
+        self.e2e = metrics.Histogram(
+            "wattwise_ingress_e2e_seconds", "Arrival to the client's last token of completed requests, resumes "
+            "included.", _LATENCY_BOUNDS_S, ("service_class", "resumed"))
+        self.slo = metrics.Counter(
+            "wattwise_ingress_slo_requests_total", "Completed requests by whether the client saw their SLO met.",
+            ("service_class", "slo_met", "resumed"))
         self.counts: dict[str, int] = dict.fromkeys(("accepted", "retries", *OUTCOMES), 0)
 
     def record(self, route: str, status: int) -> None:
@@ -120,6 +127,11 @@ class IngressMetrics:
     def outcome(self, route: str, outcome: str) -> None:
         self.counts[outcome] += 1
         self.outcomes.inc(1, {"route": route, "outcome": outcome})
+
+    def served(self, service_class: str, e2e_s: float, slo_met: bool, resumed: bool) -> None:
+        tags = {"service_class": service_class, "resumed": str(resumed).lower()}
+        self.e2e.observe(e2e_s, tags)
+        self.slo.inc(1, {**tags, "slo_met": str(slo_met).lower()})
 
     def retried(self, pool: str) -> None:
         self.counts["retries"] += 1

@@ -37,6 +37,21 @@ def is_refusal(chunk: dict[str, Any]) -> bool:
     return bool(chunk.get("squashed") or chunk.get("rejected"))
 
 
+@dataclasses.dataclass(frozen=True)
+class Resumption:
+    """How a response survived replica failures, for its report and the SLO: a resume
+    costs the client a silence that averaged TBT would hide."""
+
+    retries: int = 0
+    # The longest the client waited across a resume: its last chunk before the failure
+    # to the first chunk after it (0 if none was resumed mid-stream).
+    stall_s: float = 0.0
+
+    @property
+    def resumed(self) -> bool:
+        return self.retries > 0
+
+
 @dataclasses.dataclass
 class Progress:
     """What the client already holds of one streamed response."""
@@ -45,10 +60,13 @@ class Progress:
     text: list[str] = dataclasses.field(default_factory=list)
     tokens: int = 0
     first_token_s: float | None = None
+    last_token_s: float | None = None
 
     def add(self, chunk: dict[str, Any], now_s: float) -> None:
         if chunk["num_tokens"] and self.first_token_s is None:
             self.first_token_s = now_s
+        if chunk["num_tokens"]:
+            self.last_token_s = now_s
         self.text.append(chunk["text"])
         self.tokens += chunk["num_tokens"]
 
@@ -105,6 +123,11 @@ class ResumableStream:
         self.progress = Progress(arrival_s=request.arrival_s)
         self.pool = pools[0]
         self._gen = start(request, self.pool)
+        self._stall_s = 0.0
+        self._broken_at_s: float | None = None  # the client's last token before a resume
+
+    def resumption(self) -> Resumption:
+        return Resumption(self.retries, self._stall_s)
 
     def __aiter__(self) -> ResumableStream:
         return self
@@ -133,6 +156,9 @@ class ResumableStream:
         if chunk.get("finish_reason") and self.retries and self.progress.tokens:
             chunk = merged_final(self.request, self.progress, chunk, now)
         if not is_refusal(chunk):
+            if self._broken_at_s is not None and chunk["num_tokens"]:
+                self._stall_s = max(self._stall_s, now - self._broken_at_s)
+                self._broken_at_s = None
             self.progress.add(chunk, now)
         return chunk
 
@@ -140,6 +166,8 @@ class ResumableStream:
         """Issue the continuation; if nothing is left, the final chunk to send instead."""
         self.cancel()
         self.retries += 1
+        if self._broken_at_s is None:
+            self._broken_at_s = self.progress.last_token_s
         self.pool = self.pools[min(self.retries, len(self.pools) - 1)]
         self.on_retry(self.pool)
         now = time.time()

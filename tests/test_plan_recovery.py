@@ -1,0 +1,143 @@
+"""The plan and a resumed response's report survive failures (issue 18 items 1 and 4).
+
+Pure: the controller re-publishes an unchanged plan (a restarted store gets it back, readers
+measure its age); a resume's silence counts against the SLO and the report says it was
+resumed. Ray (one node): the plan store, killed, comes back with its plan and operator
+settings; killed for good, readers recreate it by name with the same state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from ray.exceptions import ActorDiedError
+
+from autoscaling.serve_adapter import AppAutoscalingPolicy
+from core.request import Request
+from core.slo import SLO
+from deployments.ingress import _service_report
+from deployments.plan_store import PlanAge
+from deployments.resume import Resumption, ResumableStream
+from tests.test_faults import _ctx
+
+
+class _Call:
+    def __init__(self, log: list[tuple[str, tuple]], name: str) -> None:
+        self.log, self.name = log, name
+
+    def remote(self, *args: Any) -> Any:
+        self.log.append((self.name, args))
+        return self
+
+    def future(self) -> Any:
+        from concurrent.futures import Future
+
+        done: Future = Future()
+        done.set_result({})
+        return done
+
+
+class _FakeStore:
+    """Records what the controller sends to the plan store."""
+
+    def __init__(self) -> None:
+        self.log: list[tuple[str, tuple]] = []
+        self.publish = _Call(self.log, "publish")
+        self.overrides_of = _Call(self.log, "overrides_of")
+
+    def publishes(self) -> int:
+        return sum(name == "publish" for name, _ in self.log)
+
+
+def test_an_unchanged_plan_is_republished_every_few_seconds() -> None:
+    policy = AppAutoscalingPolicy(policy="utilisation", republish_s=5.0, target_requests_per_replica=1)
+    store = policy._store = _FakeStore()
+    busy = {"running_requests": 2.0, "kv_blocks_total": 100.0}
+    for now in (0.0, 1.0, 2.0, 4.9):
+        policy({c.deployment_id: c for c in [_ctx(2, busy, now)]})
+    assert store.publishes() == 1  # unchanged within republish_s: sent once
+    policy({c.deployment_id: c for c in [_ctx(2, busy, 5.1)]})
+    assert store.publishes() == 2  # a store restarted meanwhile has the plan again
+    assert policy.plan_version == 1  # the same plan, not a new one
+
+
+def _request(ttft_s: float) -> Request:
+    return Request("r1", 10, 8, arrival_s=time.time(), slo=SLO(ttft_s=ttft_s, tbt_s=0.5), prompt_text="hi")
+
+
+def test_a_resumed_stream_reports_its_stall_and_misses_a_tight_slo() -> None:
+    async def main(request: Request) -> tuple[dict, ResumableStream]:
+        def start(req: Request, pool: str) -> AsyncIterator[dict]:
+            async def gen() -> AsyncIterator[dict]:
+                if pool == "pool-a":
+                    yield {"text": " a", "num_tokens": 1, "finish_reason": None, "usage": None}
+                    raise ActorDiedError()
+                await asyncio.sleep(0.3)  # the failure's silence, as the client sees it
+                yield {"text": " b" * 7, "num_tokens": 7, "finish_reason": "length",
+                       "usage": {"prompt_tokens": 11, "completion_tokens": 7, "energy_j": 1.0, "ttft_s": 0.3,
+                                 "e2e_s": 0.3, "max_tbt_s": 0.0}}
+            return gen()
+
+        stream = ResumableStream(start, request, ["pool-a", "pool-b"], max_retries=1)
+        final: dict = {}
+        async for chunk in stream:
+            final = chunk
+            if chunk["finish_reason"]:
+                break
+        return final, stream
+
+    request = _request(ttft_s=0.2)
+    final, stream = asyncio.run(main(request))
+    resumption = stream.resumption()
+    assert resumption.resumed and resumption.retries == 1 and resumption.stall_s >= 0.3
+    report = _service_report(request, "pool-b", final, resumption, time.time(), stream.progress.first_token_s)
+    assert report["resumed"] and report["retries"] == 1
+    assert report["e2e_s"] >= 0.3 and report["ttft_s"] < 0.2  # from arrival to the client's last token
+    assert not report["slo_met"]  # mean TBT alone would have hidden the stall
+    relaxed = _request(ttft_s=5.0)
+    assert _service_report(relaxed, "pool-b", final, resumption, relaxed.arrival_s + 1.0)["slo_met"]
+    clean = _service_report(relaxed, "pool-a", final, Resumption(), relaxed.arrival_s + 1.0)
+    assert not clean["resumed"] and clean["retries"] == 0
+
+
+def test_plan_age_logs_once_per_stale_spell(caplog: pytest.LogCaptureFixture) -> None:
+    age = PlanAge("app", stale_after_s=60.0)
+    assert age.update(None, 100.0) is None  # no plan yet: nothing to age
+    with caplog.at_level("WARNING", logger="ray.serve"):
+        ages = [age.update(100.0, now) for now in (110.0, 170.0, 171.0, 172.0)]
+    assert ages == [10.0, 70.0, 71.0, 72.0]
+    assert sum("the plan is" in r.message for r in caplog.records) == 1
+
+
+# ---- ray (one node): the store restarts with its state ---------------------------------
+@pytest.mark.ray
+def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
+    import ray
+
+    from deployments.plan_store import PlanReply, plan_store
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    try:
+        app = f"recovery-{os.getpid()}"
+        store = plan_store(app)
+        ray.get(store.publish.remote({"replicas": {"pool-a": 2}, "clock_mhz": {"pool-a": 1400}}, {}))
+        ray.get(store.override.remote("clock_mhz", "pool-a", 1100))
+        ray.get(store.override.remote("drained", "pool-b", True))
+        before: PlanReply = ray.get(store.get.remote())
+        ray.kill(store, no_restart=False)  # as if its node died: Ray restarts it
+        after: PlanReply = ray.get(store.get.remote(), timeout=120)
+        assert after == before and after.plan["clock_mhz"] == {"pool-a": 1100}
+        assert after.plan["drained"] == {"pool-b": True}
+        ray.kill(store, no_restart=True)  # gone for good: a reader looks it up again
+        with pytest.raises(ActorDiedError):
+            ray.get(store.get.remote(), timeout=120)
+        again: PlanReply = ray.get(plan_store(app).get.remote(), timeout=120)
+        assert again == before
+    finally:
+        ray.shutdown()
