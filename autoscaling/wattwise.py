@@ -2,14 +2,20 @@
 
 | decision | owner | where it runs |
 | --- | --- | --- |
-| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile) | this policy, every control tick; TP on pool epochs |
-| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks |
-| a replica's batch limit | Chiron's local autoscaler (Algorithm 1) | each replica |
-| interactive before batch work on every replica, batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher |
-| a request's length class and projected output | Mico's predictor (its measured error widens throttLL'eM's projections) | the ingress / the simulator's classifier |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin) | this policy, inside the planner's load |
+| interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
+| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (engines.hook_chains) |
+| a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
+| catch-up after a burst | this policy: the interactive backlog sizes a floor on instances | every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
-by two layers. Policies of one paper alone stay in the registry for ablations.
+by two layers; the clock is never a plan entry here (only its band), so the replicas'
+per-step clock cannot fight the planner. Reconfiguration costs come from
+`core.overheads.OverheadTable`, the table the simulator charges and the Serve sim engine
+pays. Policies of one paper alone stay in the registry for ablations and benches.
+Not (yet) layers: Chiron's local batch-size autoscaler and global batch replicas
+(Algorithm 2), Splitwise's prompt/token phases inside a pool.
 """
 
 from __future__ import annotations
@@ -34,6 +40,9 @@ class WattwiseConfig(BaseModel):
 
     pools: dict[str, list[str]] = Field(description="Deployment name -> the length classes it serves.")
     cluster_gpus: int = Field(default=96, gt=0, description="GPUs the pools may hold together.")
+    tensor_parallel_options: dict[str, list[int]] = Field(default_factory=dict, description=(
+        "Pool -> the TPs it may run (a vLLM pool: its tensor_parallel_options, shadow-deployed); "
+        "pools not listed may run every TP the profile has (the sim engine re-shards)."))
     model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
     profile_path: str | None = Field(default=None, description=(
@@ -67,14 +76,16 @@ class WattwisePolicy:
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
 
-    def _overloaded(self, dep: DeploymentView | None) -> bool:
-        """Requests pile up beyond the plan's expectation and no instance is on its way."""
+    def _backlog_instances(self, dep: DeploymentView | None) -> int:
+        """Instances the pool's waiting interactive requests call for (each instance holding
+        at most `overload_queue_per_replica` of them); 0 while instances are on their way or
+        nothing piles up. Bursts outrun any rate forecast: the backlog sizes the catch-up."""
         if dep is None or dep.target_replicas > dep.current_replicas:
-            return False
-        if not dep.replica_stats:
-            return dep.queued_outside > 0
+            return 0
         queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
-        return queued > self.config.overload_queue_per_replica * len(dep.replica_stats)
+        if queued <= self.config.overload_queue_per_replica * max(len(dep.replica_stats), 1):
+            return 0
+        return math.ceil(queued / self.config.overload_queue_per_replica)
 
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
         """The shape a pool runs now, from its replicas' reports."""
@@ -101,8 +112,9 @@ class WattwisePolicy:
                 for cls, r in stats.class_rates_per_s.items():
                     rates[cls] = rates.get(cls, 0.0) + r
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
-            shape = self.planner.plan(name, rates, batch_rate, free, self._overloaded(dep), running, now_s,
-                                      max_instances=dep.max_replicas if dep else None)
+            shape = self.planner.plan(name, rates, batch_rate, free, self._backlog_instances(dep), running, now_s,
+                                      max_instances=dep.max_replicas if dep else None,
+                                      tps=self.config.tensor_parallel_options.get(name))
             held[name] = shape.instances * shape.tensor_parallel
             replicas[name], tp[name] = shape.instances, shape.tensor_parallel
             band[name] = (shape.clock_mhz, self.max_clock_mhz)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,11 +103,12 @@ def _idle_w(profile: EnergyProfile, tp: int, clock_mhz: int) -> float:
 
 
 def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: LengthClassConfig,
-                   headroom: float, min_instances: int, max_gpus: int, only_tp: int | None = None,
+                   headroom: float, min_instances: int, max_gpus: int, tps: Collection[int] | None = None,
                    ttft_headroom: float | None = None, max_instances: int | None = None) -> PoolShape | None:
+    """The least-power (TP, clock, instances) over the profile's TPs (or `tps`) and clocks."""
     best: PoolShape | None = None
     for tp in profile.tensor_parallel_degrees:
-        if only_tp is not None and tp != only_tp:
+        if tps is not None and tp not in tps:
             continue
         for clock in profile.clocks_mhz:
             need = needed_instances(profile, rates, tp, clock, lengths, headroom, ttft_headroom)
@@ -165,11 +167,12 @@ class PoolShapePlanner:
             planned[cls] = planned.get(cls, 0.0) + r / len(history)
         return planned
 
-    def plan(self, pool: str, rates: dict[str, float], batch_rate: float, gpus_available: int, overloaded: bool,
-             running: PoolShape | None, now_s: float, max_instances: int | None = None) -> PoolShape:
+    def plan(self, pool: str, rates: dict[str, float], batch_rate: float, gpus_available: int, backlog_instances: int,
+             running: PoolShape | None, now_s: float, max_instances: int | None = None,
+             tps: Collection[int] | None = None) -> PoolShape:
         """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
-        ones, `max_instances` the deployment's replica cap; `overloaded` (requests queue beyond
-        what the shape expects) adds an instance;
+        ones, `max_instances` the deployment's replica cap, `tps` the TPs it may run;
+        `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
         TP is kept until the first pool epoch, `first_epoch_s` after start: load is observed first)."""
         planned = self.planning_rates(pool, rates, batch_rate, now_s)
@@ -179,9 +182,9 @@ class PoolShapePlanner:
         current = self._shape.get(pool, running)
         cfg = self.config
         best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
-                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances)
+                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances, tps=tps)
         if best is None:  # nothing carries the load: everything at the top shape that fits
-            tp = max(self.profile.tensor_parallel_degrees)
+            tp = max(tps or self.profile.tensor_parallel_degrees)
             fit = min(gpus_available // tp, max_instances or gpus_available)
             best = PoolShape(tp, max(fit, cfg.min_instances, 1), self.max_clock_mhz, math.inf)
         if current is None:
@@ -189,15 +192,14 @@ class PoolShapePlanner:
             return best
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances,
-                                     gpus_available, only_tp=current.tensor_parallel, ttft_headroom=cfg.ttft_headroom,
+                                     gpus_available, tps=[current.tensor_parallel], ttft_headroom=cfg.ttft_headroom,
                                      max_instances=max_instances)
             if same_tp is not None and not (epoch and self._pays(same_tp, best)):
                 best = same_tp  # keep the TP until an epoch finds the switch worth its cost
         instances = best.instances
-        if overloaded:
-            instances = max(instances, current.instances + 1)
-            if max_instances is not None:
-                instances = min(instances, max_instances)
+        if backlog_instances > current.instances:
+            cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)
+            instances = max(instances, min(backlog_instances, cap))
         if best.tensor_parallel == current.tensor_parallel and instances < current.instances:
             since = self._lower_since.setdefault(pool, now_s)
             if now_s - since < cfg.downscale_hold_s:
