@@ -100,3 +100,18 @@ def test_online_correction_learns_how_much_slower_steps_run_than_m_predicts():
     batcher.running = other.running  # a new request starts after the gap
     projector.sync(batcher, t + 200.0)
     assert projector.correction == before
+
+
+def test_current_iteration_equals_the_projections_first_entry():
+    """The per-step correction of M reads only the current iteration: the O(n) shortcut
+    must agree with the full projection."""
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        n = int(rng.integers(1, 40))
+        now = int(rng.integers(100, 1000))
+        generated = rng.integers(0, 300, n)
+        board = Scoreboard(16)
+        board.reset([str(i) for i in range(n)], now - generated, rng.integers(1, 4000, n),
+                    generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n, dtype=bool))
+        projection = board.project(now)
+        assert board.current(now) == (int(projection.batch[0]), int(projection.kv_blocks[0]))

@@ -104,8 +104,8 @@ class ReplicaProjector:
         index = int(np.searchsorted(clocks, batcher.clock_mhz))
         if index >= len(clocks) or clocks[index] != batcher.clock_mhz:
             return
-        step = self.project()
-        at = self.table.lookup(step.batch[:1].astype(np.float64), step.kv_blocks[:1].astype(np.float64))
+        batch, kv_blocks = board.current(self.now_iter)
+        at = self.table.lookup(np.array([batch], dtype=np.float64), np.array([kv_blocks], dtype=np.float64))
         ratio = (now_s - self._synced_s) / float(self.table.iteration_s(index, at)[0])
         self.correction += alpha * (min(max(ratio, 0.5), 4.0) - self.correction)
 

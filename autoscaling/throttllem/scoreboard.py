@@ -73,6 +73,12 @@ class Scoreboard:
         if not self._virtual:
             raise RuntimeError("no virtual entry to commit or roll back")
 
+    def current(self, now_iter: int) -> tuple[int, int]:
+        """(B, KV) of iteration now_iter alone: `project(now_iter)`'s first entries in O(n),
+        for the per-step correction of M that needs nothing further ahead."""
+        a = now_iter - self.start + self.input_tokens + self.block_size
+        return len(self.ids), int((a // self.block_size).sum())
+
     def project(self, now_iter: int) -> Projection:
         """B and KV for iterations now_iter ... until the last entry ends (numpy, O(n + horizon))."""
         n_block = self.block_size
