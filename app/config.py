@@ -17,6 +17,7 @@ from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phas
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from energy.hardware import GPUS, MODELS
+from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
@@ -282,6 +283,14 @@ class AppConfig(BaseModel):
                 raise ValueError(f"pools[{i}].engine.model: unknown model {engine.model!r}; known: {sorted(MODELS)}")
             if engine.hardware not in GPUS:
                 raise ValueError(f"pools[{i}].engine.hardware: unknown GPU {engine.hardware!r}; known: {sorted(GPUS)}")
+            if not isinstance(engine, SimEngineConfig):
+                continue
+            if engine.profile not in (None, *PROFILE_NAMES):
+                raise ValueError(f"pools[{i}].engine.profile: unknown perf profile {engine.profile!r}; "
+                                 f"known: {list(PROFILE_NAMES)}")
+            if engine.throttllem and engine.throttllem.profile != engine.profile:
+                raise ValueError(f"pools[{i}].engine.throttllem.profile ({engine.throttllem.profile!r}) must be the "
+                                 f"engine's profile ({engine.profile!r}): M is trained on the replica's perf model")
 
     def _check_services(self) -> AppConfig:
         if self.default_service_class not in self.services:

@@ -31,6 +31,8 @@ class PoolPlanConfig(BaseModel):
     clock_mhz: dict[str, int]
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile capacity is judged on (energy.profiles); None: Splitwise's fit."))
     # TBT target the knobs must keep (DynamoLLM Table IV: 100 ms) and the share of it to plan for.
     tbt_s: float = Field(default=0.1, gt=0)
     headroom: float = Field(default=0.6, gt=0, le=1)
@@ -50,7 +52,7 @@ class PoolPlanConfig(BaseModel):
         )
 
     def capacity(self) -> CapacityModel:
-        return CapacityModel(default_perf_model(self.model, self.hardware))
+        return CapacityModel(default_perf_model(self.model, self.hardware, self.profile))
 
     def context_tokens(self, stats: tuple[ReplicaStats, ...]) -> float:
         running = sum(s.running_requests for s in stats)
@@ -198,7 +200,8 @@ class ScaleShardPolicy:
         if share and perf.prefill_time_s(share, share * context, tp, clock) > ttft_s:
             return None
         busy = min(instances, max(load, 1.0))
-        power = instances * perf.idle_power_w(tp) + busy * tp * (perf.phase_power_w("token", clock) - perf.gpu.idle_w)
+        step_w = perf.decode_power_w(batch, batch * context, tp, clock)  # a measured curve rises with load
+        power = instances * perf.idle_power_w(tp) + busy * tp * (step_w - perf.gpu.idle_w)
         return power / (busy * batch / step_s)
 
     def _best(self, name: str, dep: DeploymentView) -> tuple[tuple[int, int], bool]:

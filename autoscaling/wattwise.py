@@ -45,6 +45,8 @@ class WattwiseConfig(BaseModel):
         "pools not listed may run every TP the profile has (the sim engine re-shards)."))
     model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles) the energy profile is built from; None: Splitwise's fit."))
     profile_path: str | None = Field(default=None, description=(
         "An energy profile from `wattwise profile --out`; None builds one from the perf model."))
     planner: ShapePlannerConfig = Field(default_factory=ShapePlannerConfig,
@@ -67,8 +69,15 @@ class WattwisePolicy:
         self.lengths = LengthClassConfig()
         if profile is None:
             profile = (EnergyProfile.load(config.profile_path) if config.profile_path
-                       else build_profile(default_perf_model(config.model, config.hardware)))
+                       else build_profile(default_perf_model(config.model, config.hardware, config.profile)))
         self.profile = profile
+        for pool, options in config.tensor_parallel_options.items():
+            # A pool limited to TPs the profile lacks would be planned at one it cannot model.
+            if not set(options) & set(profile.tensor_parallel_degrees):
+                raise ValueError(
+                    f"pool {pool} may run TP{options}, but the energy profile "
+                    f"({config.profile_path or config.profile or 'splitwise (default)'}) has "
+                    f"TP{list(profile.tensor_parallel_degrees)} only")
         self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
                                         reconfigure_cost_s=config.overheads.reshard_s,
                                         pool_epoch_s=config.pool_epoch_s)

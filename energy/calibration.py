@@ -98,11 +98,16 @@ def fit_perf_model(
     return PerfModel(GPUS[hardware], MODELS[model], fits)
 
 
-@lru_cache(maxsize=16)
 def default_perf_model(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> PerfModel:
     """Fitted once per process; the model is immutable so sharing it is safe. Without a
     profile, Splitwise's fit; with one (a name in energy.profiles.PROFILE_NAMES), that
     profile sized as `model`, which must be for `hardware`."""
+    # One cache key however the arguments are spelt: callers passing profile=None share the fit.
+    return _perf_model(model, hardware, profile)
+
+
+@lru_cache(maxsize=16)
+def _perf_model(model: str, hardware: str, profile: str | None) -> PerfModel:
     if profile is None:
         return fit_perf_model(model, hardware)
     from energy.profiles import PROFILES, perf_model_for  # profiles build on the Splitwise fit above

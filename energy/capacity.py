@@ -85,7 +85,8 @@ class CapacityModel:
             return Operating(False, float("inf"), float("inf"), prefill_busy, 1.0, 0.0)
         batch = tokens_per_s * f.d0 * stretch / denom
         # Prefill steps interleave with decode steps, stretching the gap between tokens.
-        tbt = self.decode_iteration_s(tp, clock_mhz, max(batch, 1.0), ctx) / free
+        step_batch = max(batch, 1.0)
+        tbt = self.decode_iteration_s(tp, clock_mhz, step_batch, ctx) / free
         # A decoding instance iterates back to back; below one sequence it idles between.
         decode_busy = min(batch, 1.0) * free
         feasible = (
@@ -93,9 +94,11 @@ class CapacityModel:
             and batch * ctx <= perf.kv_capacity_tokens(tp)
             and prefill_busy <= self.max_utilisation
         )
+        # Decode power at the step's batch: a measured curve (ML.ENERGY) rises with load.
+        decode_w = perf.decode_power_w(step_batch, step_batch * ctx, tp, clock_mhz)
         power = idle_w + tp * (
             prefill_busy * (perf.phase_power_w("prompt", clock_mhz) - gpu.idle_w)
-            + decode_busy * (perf.phase_power_w("token", clock_mhz) - gpu.idle_w)
+            + decode_busy * (decode_w - gpu.idle_w)
         )
         return Operating(feasible, batch, tbt, prefill_busy, decode_busy, power)
 

@@ -71,20 +71,21 @@ def split_scores(samples: IpsSamples, train_share: float, seed: int = 0) -> dict
 
 
 @lru_cache(maxsize=4)
-def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb") -> IpsSamples:
-    """The sim engine's profile of every TP, collected once per process."""
-    return profile_ips(default_perf_model(model, hardware))
+def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> IpsSamples:
+    """The sim engine's profile of every TP, collected once per process; `profile` names
+    the perf model (energy.profiles) the engine runs, None Splitwise's fit."""
+    return profile_ips(default_perf_model(model, hardware, profile))
 
 
 CACHE_DIR = Path(os.environ.get("WATTWISE_CACHE_DIR", Path.home() / ".cache" / "wattwise"))
 
 
 @lru_cache(maxsize=4)
-def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb") -> IpsModel:
+def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> IpsModel:
     """M for the built-in model, fitted once per machine: every replica of a Serve app
     needs it at start, and the fit takes ~15-40 s of a CPU. The cache file is keyed by
     the training samples and the scikit-learn version, so it is never stale."""
-    samples = default_profile(model, hardware)
+    samples = default_profile(model, hardware, profile)
     digest = hashlib.sha256(samples.features().tobytes() + samples.ips.tobytes()).hexdigest()[:16]
     path = CACHE_DIR / f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{digest}.pkl"
     try:

@@ -47,6 +47,9 @@ class SimEngineConfig(BaseModel):
 
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles) the replica is modelled on; None: Splitwise's fit. "
+        "A throttllem config here names the same one (AppConfig checks)."))
     tensor_parallel: int = Field(default=8, gt=0)
     clock_mhz: float = Field(default=1980, gt=0)
     batch_limit: int = Field(default=256, gt=0)
@@ -83,7 +86,7 @@ class SimEngine:
         self.config = config
         self._clock = clock
         self.gpu_ids: list[int] = []  # modelled GPUs only
-        perf = default_perf_model(config.model, config.hardware)
+        perf = default_perf_model(config.model, config.hardware, config.profile)
         self.batcher = ContinuousBatcher(
             perf,
             BatcherConfig(

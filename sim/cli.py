@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from energy.hardware import GPUS, MODELS
+from energy.profiles import PROFILE_NAMES
 from core.overheads import OverheadTable
 from sim.config import SimConfig
 from sim.oracle import oracle_energy
@@ -43,6 +44,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=SimConfig().cluster_gpus, help="cluster size in GPUs")
     p.add_argument("--model", default="llama2-70b", choices=sorted(MODELS))
     p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
+    p.add_argument("--profile", default=None, choices=PROFILE_NAMES,
+                   help="named perf/power profile (default: Splitwise's fit for --model and --hardware)")
     p.add_argument("--cold-start", action="store_true", help="DynamoLLM Table V in full (new VM per replica)")
     p.add_argument("--control-interval-s", type=float, default=SimConfig().control_interval_s)
     p.add_argument("--price-per-gpu-hour", type=float, default=None)
@@ -102,7 +105,7 @@ def table(results: list[dict[str, Any]], oracle_j: float | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     config = SimConfig(
-        model=args.model, hardware=args.hardware, cluster_gpus=args.gpus,
+        model=args.model, hardware=args.hardware, profile=args.profile, cluster_gpus=args.gpus,
         overheads=OverheadTable.cold_cloud() if args.cold_start else OverheadTable(),
         control_interval_s=args.control_interval_s, price_per_gpu_hour=args.price_per_gpu_hour,
         grid_gco2_per_kwh=args.grid_gco2_per_kwh,

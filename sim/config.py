@@ -14,6 +14,9 @@ class SimConfig(BaseModel):
 
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles.PROFILE_NAMES) the replicas and every policy "
+        "are modelled on; None: Splitwise's fit for model and hardware."))
     cluster_gpus: int = Field(default=96, gt=0)  # DynamoLLM provisions 12 H100 servers
     overheads: OverheadTable = OverheadTable()
     control_interval_s: float = Field(default=1.0, gt=0)

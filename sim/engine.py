@@ -123,7 +123,7 @@ class Simulator:
         self.workload = workload
         self.policy = policy
         self.config = config
-        self.perf = default_perf_model(config.model, config.hardware)
+        self.perf = default_perf_model(config.model, config.hardware, config.profile)
         self.pools = {p.name: Pool(i, p) for i, p in enumerate(pools)}
         pool_of_class = {cls: p.name for p in pools for cls in p.classes}
         self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)

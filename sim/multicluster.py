@@ -28,6 +28,7 @@ class ClusterSpec:
     tensor_parallel: int = 8
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = None  # named perf/power profile (energy.profiles); None: Splitwise's fit
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class MultiClusterSim:
         predicted_output_tokens: Sequence[int],
         offload: TransferCost | None = None,
     ) -> None:
-        perf = default_perf_model(spec.model, spec.hardware)
+        perf = default_perf_model(spec.model, spec.hardware, spec.profile)
         config = BatcherConfig(tensor_parallel=spec.tensor_parallel, batch_limit=spec.batch_limit)
         self.batchers = [ContinuousBatcher(perf, config) for _ in range(n_clusters)]
         self.rate_tokens_per_s = _nominal_tokens_per_s(self.batchers[0])

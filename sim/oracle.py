@@ -30,7 +30,7 @@ class OracleResult:
 def oracle_energy(
     w: Workload, config: SimConfig, window_s: float = 60.0, tbt_s: float = 0.1, clock_stride: int = 8
 ) -> OracleResult:
-    perf = default_perf_model(config.model, config.hardware)
+    perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     clocks = perf.gpu.supported_clocks_mhz()
     clocks = sorted(set(clocks[::clock_stride]) | {perf.gpu.max_clock_mhz})

@@ -51,12 +51,13 @@ class MachineType:
     def price_per_hour(self) -> float:
         return GPUS_PER_MACHINE * GPUS[self.hardware].price_per_hour
 
-    def perf(self, model: str) -> PerfModel:
-        return default_perf_model(model, self.hardware)
+    def perf(self, model: str, profile: str | None = None) -> PerfModel:
+        """`profile` (energy.profiles) must be for this machine's GPU; None: Splitwise's fit."""
+        return default_perf_model(model, self.hardware, profile)
 
-    def clock_mhz(self, model: str) -> float:
+    def clock_mhz(self, model: str, profile: str | None = None) -> float:
         """Max clock, or the token phase's clock under the power cap (PerfModel)."""
-        perf = self.perf(model)
+        perf = self.perf(model, profile)
         if self.cap_w_per_gpu is None:
             return float(perf.gpu.max_clock_mhz)
         return perf.clock_under_power_cap("token", self.cap_w_per_gpu)
@@ -159,9 +160,9 @@ def at_rate(w: Workload, factor: float) -> Workload:
     return w if factor == 1.0 else scale_time(w, 1.0 / factor)
 
 
-def _pool(name: str, machine: MachineType, model: str, count: int, **kwargs: object) -> PoolSetup:
-    return PoolSetup(name, tuple(LengthClassConfig.names()), GPUS_PER_MACHINE, machine.clock_mhz(model), count,
-                     **kwargs)
+def _pool(name: str, machine: MachineType, config: SimConfig, count: int, **kwargs: object) -> PoolSetup:
+    return PoolSetup(name, tuple(LengthClassConfig.names()), GPUS_PER_MACHINE,
+                     machine.clock_mhz(config.model, config.profile), count, **kwargs)
 
 
 def simulate_design(
@@ -174,24 +175,24 @@ def simulate_design(
     config = config.model_copy(update={
         "hardware": design.prompt.hardware, "cluster_gpus": GPUS_PER_MACHINE * (prompt + token)})
     if design.token is None:
-        pools = [_pool("pool-all", design.prompt, model, prompt)]
+        pools = [_pool("pool-all", design.prompt, config, prompt)]
         simulator: type[Simulator] = Simulator
         extra: dict = {}
     else:
-        pools = [_pool("pool-prompt", design.prompt, model, prompt, kind="prompt",
+        pools = [_pool("pool-prompt", design.prompt, config, prompt, kind="prompt",
                        max_batched_tokens=splitwise.scheduling.prompt_batch_tokens),
-                 _pool("pool-token", design.token, model, token, kind="token")]
+                 _pool("pool-token", design.token, config, token, kind="token")]
         link = min(design.prompt.link_gbps, design.token.link_gbps)
         transfer = splitwise.transfer.model_copy(update={"link_gbps": link})
         simulator = SplitwiseSimulator
         extra = {"splitwise": splitwise.model_copy(update={"transfer": transfer}),
-                 "pool_perf": {"pool-token": design.token.perf(model)}}
+                 "pool_perf": {"pool-token": design.token.perf(model, config.profile)}}
     policy = make_policy(
         "singlepool" if design.token is None else "splitwise", replicas={p.name: p.replicas for p in pools},
         tensor_parallel={p.name: p.tensor_parallel for p in pools}, clock_mhz={p.name: int(p.clock_mhz) for p in pools},
-        model=model, hardware=config.hardware)
+        model=model, hardware=config.hardware, profile=config.profile)
     raw = simulator(w, policy, pools, config, **extra).run()
-    reference = default_perf_model(model, slo.reference_hardware)
+    reference = default_perf_model(model, slo.reference_hardware)  # Table VI's DGX-A100, whatever the run's profile
     slowdowns = slowdown_percentiles(raw.log, w.output_tokens, reference, slo.reference_tp)
     energy_j = float(raw.series.energy_j[-1])
     return Outcome(design.name, prompt, token, len(w) / max(w.duration_s, 1e-9), slowdowns,

@@ -39,21 +39,22 @@ class PolicySpec:
     layout: str  # "single": one pool for all; "by_input": the app's default pools; "by_class": nine
     app_tp: bool  # TP of the app's default pools (else TP8 everywhere)
     pool_plan_args: bool  # the factory takes PoolPlanConfig fields (the provisioned plan)
+    picks_tp: bool = False  # the policy moves pools to the TPs its perf model has
 
 
 SPECS: dict[str, PolicySpec] = {
     "singlepool": PolicySpec("single", app_tp=False, pool_plan_args=True),
     "multipool": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
     "scaleinst": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
-    "scaleshard": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
+    "scaleshard": PolicySpec("by_input", app_tp=False, pool_plan_args=True, picks_tp=True),
     "scalefreq": PolicySpec("by_input", app_tp=False, pool_plan_args=True),
     "static-max-clock": PolicySpec("by_input", app_tp=True, pool_plan_args=True),
     "llumnix": PolicySpec("single", app_tp=False, pool_plan_args=False),
-    "dynamollm": PolicySpec("by_class", app_tp=False, pool_plan_args=False),
-    "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False),
+    "dynamollm": PolicySpec("by_class", app_tp=False, pool_plan_args=False, picks_tp=True),
+    "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
     "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
     "splitwise": PolicySpec("by_phase", app_tp=False, pool_plan_args=True),
-    "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False),
+    "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False, picks_tp=True),
 }
 # Policies whose request path needs more than the base simulator.
 SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
@@ -67,6 +68,21 @@ def layout(name: str) -> dict[str, tuple[tuple[str, ...], int]]:
     if name == "by_class":
         return {f"pool-{c.lower()}": ((c,), MAX_TP) for c in LengthClassConfig.names()}
     return {p.deployment_name: (tuple(p.classes), p.engine.tensor_parallel) for p in default_pools()}
+
+
+def start_tp(pool: str, tp: int, config: SimConfig, picks_tp: bool = False) -> int:
+    """The TP `pool` starts at: `tp` where the perf model has it. A named profile may have
+    fewer TPs (mlenergy-llama3-70b-h100: TP4); a policy that picks TPs itself then starts
+    at the profile's nearest, any other cannot run the layout it is given."""
+    have = default_perf_model(config.model, config.hardware, config.profile).tensor_parallel_degrees
+    if tp in have:
+        return tp
+    if picks_tp and config.profile is not None:
+        return min(have, key=lambda t: (abs(t - tp), -t))
+    pickers = ", ".join(name for name, spec in SPECS.items() if spec.picks_tp)
+    raise ValueError(f"pool {pool} runs TP{tp}, but perf profile {config.profile or 'splitwise (default)'!r} for "
+                     f"{config.model} on {config.hardware} has {', '.join(f'TP{t}' for t in have)} only; "
+                     f"policies that pick TPs themselves run on it: {pickers}")
 
 
 def length_classes(w: Workload, lengths: LengthClassConfig) -> np.ndarray:
@@ -90,7 +106,7 @@ def provision(
     w: Workload, pools: dict[str, tuple[tuple[str, ...], int]], config: SimConfig, lengths: LengthClassConfig
 ) -> list[PoolSetup]:
     """Replicas per pool to carry its peak window at max clock within the TBT target."""
-    perf = default_perf_model(config.model, config.hardware)
+    perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     classes = length_classes(w, lengths)
     clock = perf.gpu.max_clock_mhz
@@ -110,7 +126,8 @@ def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> 
     sized for the interactive peak, twice as many mixed ones (theta = 1/3), no batch
     replica until the global autoscaler asks for one."""
     everything = tuple(LengthClassConfig.names())
-    clock = default_perf_model(config.model, config.hardware).gpu.max_clock_mhz
+    start_tp("pool-interactive", MAX_TP, config)
+    clock = default_perf_model(config.model, config.hardware, config.profile).gpu.max_clock_mhz
     peak = provision(w.take(w.interactive), {"pool-interactive": (everything, MAX_TP)}, config, lengths)[0]
     local = LocalAutoscalerConfig()
     return [
@@ -128,7 +145,8 @@ def splitwise_pools(
 ) -> list[PoolSetup]:
     """Splitwise's prompt and token pools at TP8: the given sizes, else sized for the peak
     window; `token_clock_mhz` models a power-capped token pool (Splitwise-HHcap)."""
-    perf = default_perf_model(config.model, config.hardware)
+    start_tp("pool-token", MAX_TP, config)
+    perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     clock = float(perf.gpu.max_clock_mhz)
     token_clock = token_clock_mhz or clock
@@ -155,7 +173,8 @@ def with_throttllem(setups: list[PoolSetup], config: SimConfig) -> list[PoolSetu
     """Every replica runs throttLL'eM's admission control and per-step clock (inside the
     band a planner publishes, if one does)."""
     policies = partial(replica_policies, config=ThrottllemConfig(
-        model=config.model, hardware=config.hardware, length_error=projection_error(config)))
+        model=config.model, hardware=config.hardware, profile=config.profile,
+        length_error=projection_error(config)))
     return [replace(s, batcher_policies=policies) for s in setups]
 
 
@@ -171,27 +190,29 @@ def build(
         pools = layout(spec.layout)
         if not spec.app_tp:
             pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
+        pools = {pool: (members, start_tp(pool, tp, config, spec.picks_tp)) for pool, (members, tp) in pools.items()}
         setups = provision(w, pools, config, lengths)
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
-                                   cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware)
+                                   cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware,
+                                   profile=config.profile)
     if name == "wattwise":
         # Chiron's layer on every replica: batch work yields to interactive work.
         setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
-            model=config.model, hardware=config.hardware, overheads=config.overheads)
+            model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)
     if name == "throttllem":
         # Chiron's layer on every replica: batch work yields to interactive work.
         setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
-        return setups, make_policy(name, model=config.model, hardware=config.hardware)
+        return setups, make_policy(name, model=config.model, hardware=config.hardware, profile=config.profile)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs: dict = dict(
         replicas={s.name: s.replicas for s in setups},
         tensor_parallel={s.name: s.tensor_parallel for s in setups},
         clock_mhz={s.name: int(s.clock_mhz) for s in setups},
-        model=config.model, hardware=config.hardware,
+        model=config.model, hardware=config.hardware, profile=config.profile,
     )
     if name in ("scalefreq", "scaleshard"):
         kwargs["ttft_s"] = {s.name: min(lengths.slo(c).ttft_s for c in s.classes) for s in setups}

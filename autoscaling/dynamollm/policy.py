@@ -42,6 +42,8 @@ class DynamoLLMConfig(BaseModel):
     cluster_gpus: int = Field(default=96, gt=0)
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles) the energy profile is built from; None: Splitwise's fit."))
     profile_path: str | None = None  # a `wattwise profile` output; default: built from the model
     # The first cluster epoch waits this long after the first replica stats, to observe
     # load; until then the runtime's provisioned pools stay as they are.
@@ -79,7 +81,7 @@ class DynamoLLMPolicy:
         if profile is None and config.profile_path:
             profile = EnergyProfile.load(config.profile_path)
         if profile is None:
-            profile = build_profile(default_perf_model(config.model, config.hardware))
+            profile = build_profile(default_perf_model(config.model, config.hardware, config.profile))
         self.profile = profile
         self.max_clock = max(profile.clocks_mhz)
         self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)

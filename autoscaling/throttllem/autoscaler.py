@@ -21,7 +21,7 @@ from energy.capacity import CapacityModel, Load
 
 def profiled_max_load_rps(config: ThrottllemScalingConfig) -> dict[int, float]:
     """Highest rate one engine of each TP carries at max clock within the TBT target."""
-    perf = default_perf_model(config.model, config.hardware)
+    perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     clock = perf.gpu.max_clock_mhz
     tbt_s = config.tbt_s * config.load_headroom

@@ -14,6 +14,8 @@ class ThrottllemConfig(BaseModel):
 
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles) M is trained on: the replica's own; None: Splitwise's fit."))
     # Relative error of the output-length predictor (how far actual lengths overrun
     # predictions); projections stretch every prediction by 1 + margin_per_error * error.
     # None: the ingress predictor's measured p90 overrun on its held-out conversations.
@@ -52,6 +54,8 @@ class ThrottllemScalingConfig(BaseModel):
 
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
+    profile: str | None = Field(default=None, description=(
+        "Named perf/power profile (energy.profiles) the max loads per TP are judged on; None: Splitwise's fit."))
     monitor_interval_s: float = Field(default=10.0, gt=0)
     # Grace period = an engine's spawn time (sim OverheadTable.reshard_s, DynamoLLM Table V).
     spawn_s: float = Field(default=33.0, ge=0)

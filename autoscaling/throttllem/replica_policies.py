@@ -21,10 +21,11 @@ from energy.perf_model import PerfModel
 
 
 @lru_cache(maxsize=32)
-def ips_table(model: str, hardware: str, tp: int, batch_max: int, kv_blocks_max: int, batch_levels: int,
-              kv_levels: int) -> IpsTable:
-    clocks = default_perf_model(model, hardware).gpu.supported_clocks_mhz()
-    return IpsTable(default_ips_model(model, hardware), tp, clocks, batch_max, kv_blocks_max, batch_levels, kv_levels)
+def ips_table(model: str, hardware: str, profile: str | None, tp: int, batch_max: int, kv_blocks_max: int,
+              batch_levels: int, kv_levels: int) -> IpsTable:
+    clocks = default_perf_model(model, hardware, profile).gpu.supported_clocks_mhz()
+    return IpsTable(default_ips_model(model, hardware, profile), tp, clocks, batch_max, kv_blocks_max, batch_levels,
+                    kv_levels)
 
 
 def replica_policies(
@@ -35,8 +36,8 @@ def replica_policies(
                          f"the replica runs {perf.model.name} on {perf.gpu.name}")
 
     def table_for(tp: int, batch_max: int, kv_blocks: int) -> IpsTable:
-        return ips_table(config.model, config.hardware, tp, batch_max, kv_blocks, config.table_batch_levels,
-                         config.table_kv_levels)
+        return ips_table(config.model, config.hardware, config.profile, tp, batch_max, kv_blocks,
+                         config.table_batch_levels, config.table_kv_levels)
 
     config = config.resolved()
     tp = batcher_config.tensor_parallel
