@@ -45,7 +45,7 @@ from autoscaling.shadow_rollout import (
 from core.plan import ClusterPlan
 from core.stats import RATE_PREFIX, ReplicaStats
 from core.view import ClusterView, DeploymentView
-from deployments.plan_store import plan_store, plan_to_dict
+from deployments.plan_store import STORE_GONE, plan_store, plan_to_dict
 
 logger = logging.getLogger("ray.serve")
 
@@ -118,6 +118,15 @@ class OperatorPins:
         return self.pins
 
 
+ROLLOUT_OUTCOMES = ("completed", "abandoned", "cancelled", "retargeted")
+
+
+def _zero(counter: ray_metrics.Counter, tags: dict[str, str]) -> None:
+    """Export a counter's series at 0, so a healthy system shows 0 rather than no data
+    (Counter.inc refuses 0; recording a 0 increment creates the series)."""
+    counter._record(0.0, tags)
+
+
 class ControllerMetrics:
     """The controller-side gauges and counters; created only inside a Ray worker, and set
     at the first call (fail-static 0, counters at 0) so dashboards never show gaps."""
@@ -152,8 +161,8 @@ class ControllerMetrics:
             "wattwise_plan_routing_weight", "Share of a service class the plan routes to each pool.",
             tag_keys=("application", "service_class", "pool"))
         self.fail_static.set(0.0, self._tags())
-        for counter in (self.failures, self.rollouts):
-            counter.inc(0.0, self._tags())
+        _zero(self.failures, self._tags(reason="stale_stats"))
+        self._rollout_pools: set[str] = set()
 
     def _tags(self, **more: str) -> dict[str, str]:
         return {"application": self.app_name, **more}
@@ -168,6 +177,10 @@ class ControllerMetrics:
 
     def plan(self, plan: ClusterPlan, version: int, age_s: float) -> None:
         """The decisions of the plan the controller holds, one gauge per field and pool."""
+        for pool in plan.tensor_parallel.keys() - self._rollout_pools:  # rollout counters from 0
+            for outcome in ROLLOUT_OUTCOMES:
+                _zero(self.rollouts, self._tags(pool=pool, outcome=outcome))
+            self._rollout_pools.add(pool)
         self.plan_version.set(version, self._tags())
         self.plan_age.set(age_s, self._tags())
         for pool, n in plan.replicas.items():
@@ -204,6 +217,7 @@ class AppAutoscalingPolicy:
         self._stats_seen_s: float | None = None
         self._metrics: ControllerMetrics | None = None
         self._store: Any = None
+        self._last_publish: Future | None = None
 
     def _check_fresh(self, ctxs: dict[Any, Any], now: float) -> None:
         """Raise StaleStats when deployments run replicas but none reported any stats
@@ -237,6 +251,8 @@ class AppAutoscalingPolicy:
         """Hand TP, clocks, batch limits, routing and rollout state to the runtime (fire and
         forget): on a change, and every `republish_s` unchanged (plan age, store restarts)."""
         published = (plan, self.rollouts.report())
+        if self._store_died():
+            self._store = None  # Ray gave up restarting it: look it up again, which recreates it
         store = self._store_of(app_name)
         if store is None:
             return
@@ -245,11 +261,20 @@ class AppAutoscalingPolicy:
             self.plan_version += 1
             self._changed_s = now
         if changed or now - self._published_s >= self.republish_s:
-            store.publish.remote(plan_to_dict(plan), published[1])
+            self._last_publish = store.publish.remote(plan_to_dict(plan), published[1]).future()
             self._published, self._published_s = published, now
-        metrics = self._metrics_of(app_name)
-        if metrics is not None:
-            metrics.plan(plan, self.plan_version, now - self._changed_s)
+            metrics = self._metrics_of(app_name)
+            if metrics is not None:
+                metrics.plan(plan, self.plan_version, now - self._changed_s)
+
+    def _store_died(self) -> bool:
+        """Whether the last publish found the store dead for good (not restarting)."""
+        done = self._last_publish is not None and self._last_publish.done()
+        if not done or not isinstance(self._last_publish.exception(), STORE_GONE):
+            return False
+        logger.warning("wattwise: the plan store died; looking it up again")
+        self._last_publish = None
+        return True
 
     def _shadow_rollouts(self, ctxs: dict[Any, Any]) -> ShadowRollouts:
         """The rollout state machine for the app's shadow pools (new if they changed: a redeploy)."""

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import ActorDiedError, ActorUnavailableError
+from ray.exceptions import ActorDiedError, ActorUnschedulableError
 from ray.experimental import internal_kv
 from ray.util import metrics as ray_metrics
 
@@ -38,6 +38,9 @@ CONTROLLER_FIELDS = frozenset({"tensor_parallel"})
 # A reader logs (once per stale spell) when its plan is older than this; the controller
 # re-publishes every REPUBLISH_S, so only a stuck controller or store gets here.
 STALE_PLAN_S = 60.0
+# What a call to a store that Ray will not bring back raises (its restarts exhausted, or it
+# was pinned to a node that is gone): look it up again by name, which recreates it.
+STORE_GONE = (ActorDiedError, ActorUnschedulableError)
 logger = logging.getLogger("ray.serve")
 
 
@@ -67,17 +70,27 @@ class StoredState:
 
 @ray.remote(num_cpus=0, max_restarts=-1, max_task_retries=-1)
 class PlanStore:
-    def __init__(self, app_name: str = "") -> None:
+    def __init__(self, app_name: str) -> None:
         self._key = f"plan-{app_name}".encode()
-        saved = internal_kv._internal_kv_get(self._key, namespace=NAMESPACE)
-        state = pickle.loads(saved) if saved else StoredState()
-        if saved:
-            logger.warning("wattwise: plan store of %r restarted; recovered plan version %d", app_name, state.version)
+        state = self._load(app_name)
         self.version = state.version
         self.plan = state.plan
         self.published_at_s = state.published_at_s
         self.overrides: dict[str, dict[str, Any]] = state.overrides or {}
         self.rollouts: dict[str, Any] = state.rollouts or {}
+
+    def _load(self, app_name: str) -> StoredState:
+        """The state a previous incarnation saved (a restart after its node died), if any."""
+        saved = internal_kv._internal_kv_get(self._key, namespace=NAMESPACE)
+        if not saved:
+            return StoredState()
+        try:
+            state = pickle.loads(saved)
+        except Exception:  # saved by an incompatible version: start empty rather than crash-loop
+            logger.exception("wattwise: the saved plan of %r is unreadable; starting without it", app_name)
+            return StoredState()
+        logger.warning("wattwise: plan store of %r recovered plan version %d", app_name, state.version)
+        return state
 
     def _save(self) -> None:
         state = StoredState(self.version, self.plan, self.published_at_s, self.overrides, self.rollouts)
@@ -179,8 +192,8 @@ async def follow_plan(app_name: str, apply: Callable[[ClusterPlan], None], perio
             if reply.plan is not None:
                 apply(plan_from_dict(reply.plan))
             version, published_at_s = reply.version, reply.published_at_s
-        except (ActorDiedError, ActorUnavailableError) as exc:
-            logger.warning("wattwise: the plan store is unreachable (%s); looking it up again", type(exc).__name__)
+        except STORE_GONE as exc:
+            logger.warning("wattwise: the plan store is gone (%s); looking it up again", type(exc).__name__)
             store = plan_store(app_name)
         except Exception:  # the replica keeps serving on the last plan it had
             logger.exception("wattwise: reading the plan failed; keeping the last one")

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError
 
-from autoscaling.serve_adapter import AppAutoscalingPolicy
+from autoscaling.serve_adapter import AppAutoscalingPolicy, ControllerMetrics
+from core.plan import ClusterPlan
 from core.request import Request
 from core.slo import SLO
 from deployments.ingress import _service_report
@@ -64,6 +65,34 @@ def test_an_unchanged_plan_is_republished_every_few_seconds() -> None:
     policy({c.deployment_id: c for c in [_ctx(2, busy, 5.1)]})
     assert store.publishes() == 2  # a store restarted meanwhile has the plan again
     assert policy.plan_version == 1  # the same plan, not a new one
+
+
+class _DeadStore(_FakeStore):
+    """A store Ray gave up restarting: every call fails with ActorDiedError."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.publish = self.overrides_of = self
+
+    def remote(self, *args: Any) -> Any:
+        self.log.append(("publish", args))
+        return self
+
+    def future(self) -> Any:
+        from concurrent.futures import Future
+
+        dead: Future = Future()
+        dead.set_exception(ActorDiedError())
+        return dead
+
+
+def test_a_store_dead_for_good_is_looked_up_again() -> None:
+    policy = AppAutoscalingPolicy(policy="utilisation", republish_s=5.0, target_requests_per_replica=1)
+    policy._store = _DeadStore()
+    busy = {"running_requests": 2.0, "kv_blocks_total": 100.0}
+    policy({c.deployment_id: c for c in [_ctx(2, busy, 0.0)]})
+    policy({c.deployment_id: c for c in [_ctx(2, busy, 6.0)]})
+    assert policy._store is None  # the next tick (in Ray) resolves the name again, recreating it
 
 
 def _request(ttft_s: float) -> Request:
@@ -139,5 +168,11 @@ def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
             ray.get(store.get.remote(), timeout=120)
         again: PlanReply = ray.get(plan_store(app).get.remote(), timeout=120)
         assert again == before
+        # The controller's gauges export from the first call, counters at 0 (Ray refuses inc(0)).
+        metrics = ControllerMetrics(app)
+        metrics.plan(ClusterPlan(replicas={"pool-a": 2}, tensor_parallel={"pool-a": 4},
+                                 clock_band_mhz={"pool-a": (1100, 1980)}, routing_weights={"SS": {"pool-a": 1.0}}),
+                     version=1, age_s=0.0)
+        metrics.record(None)
     finally:
         ray.shutdown()
