@@ -19,7 +19,7 @@ class ReplicaStats:
     pending_prompt_tokens: int = 0
     pending_decode_tokens: int = 0
     itl_ewma_s: float = 0.0
-    ttft_ewma_s: float = 0.0
+    ttft_ewma_s: float = 0.0  # interactive requests only: batch work waits by design
     tokens_per_s: float = 0.0
     clock_mhz: float = 0.0
     power_w: float = 0.0

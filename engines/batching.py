@@ -507,8 +507,10 @@ class ContinuousBatcher:
             last = seq.last_token_s
             if seq.first_token_s is None:
                 seq.first_token_s = now_s
-                ttft = now_s - seq.request.arrival_s
-                self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
+                # Batch work waits by design: only interactive TTFTs say the replica is late.
+                if seq.request.service_class != "batch":
+                    ttft = now_s - seq.request.arrival_s
+                    self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
             elif last is not None:
                 gap = now_s - last
                 if gap > seq.max_tbt_s:

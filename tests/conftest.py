@@ -15,10 +15,14 @@ LIMITED_KEY = "sk-test-limited"
 
 
 def _test_config(config: dict[str, Any]) -> None:
-    """The shipped config, with test keys, full tracing and a quick-to-react policy."""
+    """The shipped config, with test keys, full tracing and a quick-to-react policy: these
+    tests exercise the HTTP surface and the replicas, so the utilisation policy (scale at 4
+    requests per replica, shrink after 3 s) stands in for the one controller, which
+    tests/test_wattwise_serve.py runs as shipped."""
     config["tracing_config"]["sampling_ratio"] = 1.0
     app = config["applications"][0]
-    app["autoscaling_policy"]["policy_kwargs"].update({"target_requests_per_replica": 4, "downscale_hold_s": 3})
+    app["autoscaling_policy"]["policy_kwargs"] = {"policy": "utilisation", "target_requests_per_replica": 4,
+                                                  "downscale_hold_s": 3}
     app["args"]["api_keys"] = [
         {"sha256": hash_key(INTERACTIVE_KEY), "tenant": "acme", "service_class": "interactive"},
         {"sha256": hash_key(BATCH_KEY), "tenant": "acme-batch", "service_class": "batch"},

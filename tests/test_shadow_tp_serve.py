@@ -20,7 +20,8 @@ MODEL = "llama2-70b-sim"
 def _shadow_config(config: dict[str, Any]) -> None:
     """One sim pool for every length class at TP2 that may run at TP4, by shadow deployment."""
     app = config["applications"][0]
-    app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 120, "handover_s": 3})
+    # The rollout is driven by an operator's pin: a policy that plans TPs itself would race it.
+    app["autoscaling_policy"]["policy_kwargs"] = {"policy": "utilisation", "shadow_timeout_s": 120, "handover_s": 3}
     app["args"]["batch_api"] = {"enabled": False}
     app["args"]["pools"] = [{
         "name": "all", "classes": LengthClassConfig.names(),

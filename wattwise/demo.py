@@ -15,17 +15,23 @@ import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import openai
 
+import yaml
+
+from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
 from sim.config import SimConfig
-from sim.run import simulate
+from sim.engine import PoolSetup, Simulator
+from sim.metrics import summarise as summarise_run
+from sim.scenario import build
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
+from wattwise.paths import SERVE_CONFIG
 
 MODEL = "llama2-70b-sim"
 MAX_CONTEXT_TOKENS = 8192
@@ -86,7 +92,10 @@ class FleetSample:
 def _look(served: LocalServe, t_s: float) -> FleetSample:
     status = served.pool_status()
     replicas = {pool: info["replicas"].get("RUNNING", 0) for pool, info in status.items()}
-    gpus = sum(n * int(status[pool].get("tensor_parallel") or 1) for pool, n in replicas.items())
+    # Starting replicas hold their GPUs too (the simulator counts them from the request).
+    held = {pool: sum(info["replicas"].get(state, 0) for state in ("STARTING", "RUNNING", "UPDATING"))
+            for pool, info in status.items()}
+    gpus = sum(n * int(status[pool].get("tensor_parallel") or 1) for pool, n in held.items())
     return FleetSample(t_s, replicas, gpus, served.scrape(ENERGY_METRIC))
 
 
@@ -169,12 +178,27 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
     }
 
 
+def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
+    """The simulated pools started as the served app starts them: its initial replicas
+    and replica caps, not the simulator's peak-sized provisioning."""
+    pools = {p.deployment_name: p.autoscaling for p in app.pools}
+    return [replace(s, replicas=pools[s.name].initial_replicas or pools[s.name].min_replicas,
+                    min_replicas=pools[s.name].min_replicas, max_replicas=pools[s.name].max_replicas)
+            if s.name in pools else s for s in setups]
+
+
 def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
-    """The simulator on the same window, for the composite the app ran and for SinglePool."""
+    """The simulator on the same window: the composite as the app ran it, and SinglePool
+    provisioned for the window's peak (its definition)."""
     w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
+    app = AppConfig(**yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"])
+    config = SimConfig()
     out = {}
     for policy in ("wattwise", "singlepool"):
-        summary, _ = simulate(policy, w, SimConfig())
+        setups, controller = build(policy, w, config)
+        if policy == "wattwise":
+            setups = as_the_app_starts(setups, app)
+        summary = summarise_run(Simulator(w, controller, setups, config).run(), config)
         out[policy] = {"j_per_token": summary["j_per_token"], "slo_attainment": summary["slo_attainment"]["overall"],
                        "gpu_hours": summary["gpu_hours"], "energy_j": summary["energy_j"]}
     return out
