@@ -16,18 +16,20 @@ from engines.vllm_config import VllmEngineConfig
 class SplitwiseServeConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scheduling: SplitwiseConfig = SplitwiseConfig()
-    # The sim engine's KV payload is prompt_tokens x the model's KV bytes per token / TP
-    # (energy.kv_transfer), times this factor, so local runs move kilobytes, not gigabytes.
-    kv_payload_scale: float = Field(default=1e-3, gt=0, le=1)
-    # The token replica waits this long for the KV, then recomputes the prompt itself.
-    kv_transfer_timeout_s: float = Field(default=5.0, gt=0)
-    # Failure injection: the share of transfers a prompt replica drops (tests, drills).
-    transfer_failure_prob: float = Field(default=0.0, ge=0, le=1)
-    # How often the coordinator polls the phase replicas' pending tokens.
-    report_period_s: float = Field(default=0.5, gt=0)
-    # False: assignments count only reported load (to measure herding without reservations).
-    reservations: bool = True
+    scheduling: SplitwiseConfig = Field(default=SplitwiseConfig(), description=(
+        "Splitwise's scheduling knobs, the simulator's own (autoscaling.splitwise.config)."))
+    kv_payload_scale: float = Field(default=1e-3, gt=0, le=1, description=(
+        "The sim engine's KV payload is prompt_tokens x the model's KV bytes per token / TP "
+        "(energy.kv_transfer), times this factor, so local runs move kilobytes, not gigabytes."))
+    kv_transfer_timeout_s: float = Field(default=5.0, gt=0, description=(
+        "The token replica waits this long (s) for the KV, then recomputes the prompt itself."))
+    transfer_failure_prob: float = Field(default=0.0, ge=0, le=1, description=(
+        "Failure injection: the share of KV transfers a prompt replica drops (tests, drills)."))
+    report_period_s: float = Field(default=0.5, gt=0, description=(
+        "How often (s) the coordinator polls the phase replicas' pending tokens."))
+    reservations: bool = Field(default=True, description=(
+        "Assignments also count the load reserved by assignments not yet reported; False: only "
+        "reported load (to measure herding without reservations)."))
 
 
 _KV_ROLES = {"prompt": {"kv_producer", "kv_both"}, "token": {"kv_consumer", "kv_both"}, "mixed": {"kv_both"}}

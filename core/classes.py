@@ -19,16 +19,22 @@ class LengthClassConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    # DynamoLLM Table IV: input short <256, medium <1024, long <=8192.
-    input_short_lt: int = Field(default=256, gt=0)
-    input_medium_lt: int = Field(default=1024, gt=0)
-    input_max: int = Field(default=8192, gt=0)
-    # Output short <100, medium <350, long >=350.
-    output_short_lt: int = Field(default=100, gt=0)
-    output_medium_lt: int = Field(default=350, gt=0)
-    # TTFT SLO by input size (Table IV): 250 ms, 400 ms, 2000 ms; TBT 100 ms for all.
-    ttft_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.25, "M": 0.4, "L": 2.0})
-    tbt_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.1, "M": 0.1, "L": 0.1})
+    input_short_lt: int = Field(default=256, gt=0, description=(
+        "Prompts shorter than this (tokens) are short input (S); DynamoLLM Table IV: <256."))
+    input_medium_lt: int = Field(default=1024, gt=0, description=(
+        "Prompts shorter than this (tokens) and not short are medium input (M), the rest long (L); "
+        "DynamoLLM Table IV: <1024."))
+    input_max: int = Field(default=8192, gt=0, description=(
+        "Longest prompt of the long class (tokens); DynamoLLM Table IV: <=8192."))
+    output_short_lt: int = Field(default=100, gt=0, description=(
+        "Predicted outputs shorter than this (tokens) are short output (S); DynamoLLM: <100."))
+    output_medium_lt: int = Field(default=350, gt=0, description=(
+        "Predicted outputs shorter than this (tokens) and not short are medium output (M), the rest "
+        "long (L, >=350 by default); DynamoLLM: <350."))
+    ttft_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.25, "M": 0.4, "L": 2.0}, description=(
+        "TTFT target (s) by input size, keys S/M/L; DynamoLLM Table IV: 250 ms, 400 ms, 2000 ms."))
+    tbt_s: dict[str, float] = Field(default_factory=lambda: {"S": 0.1, "M": 0.1, "L": 0.1}, description=(
+        "TBT target (s) by input size, keys S/M/L; DynamoLLM Table IV: 100 ms for all."))
 
     @model_validator(mode="after")
     def _ordered(self) -> LengthClassConfig:
@@ -73,10 +79,11 @@ class ServiceClass(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    name: str
-    slo: SLO
-    # Interactive requests also meet their length class's tighter DynamoLLM targets.
-    tighten_with_length_class: bool = False
+    name: str = Field(description="The class's name (interactive, batch, ...); matches its key in `services`.")
+    slo: SLO = Field(description="The class's latency targets.")
+    tighten_with_length_class: bool = Field(default=False, description=(
+        "Requests of this class also meet their length class's tighter DynamoLLM targets (the "
+        "element-wise minimum); the default interactive class sets it."))
 
 
 def default_service_classes() -> dict[str, ServiceClass]:

@@ -10,9 +10,10 @@ class SLO(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    ttft_s: float = Field(gt=0)
-    tbt_s: float = Field(gt=0)
-    e2e_s: float | None = Field(default=None, gt=0)
+    ttft_s: float = Field(gt=0, description="Time to first token target (s).")
+    tbt_s: float = Field(gt=0, description="Time between tokens (inter-token latency) target (s).")
+    e2e_s: float | None = Field(default=None, gt=0, description=(
+        "End-to-end deadline (s); None: TTFT plus one TBT per further output token."))
 
     def e2e_for(self, output_tokens: int) -> float:
         """E2E deadline: explicit if set, else TTFT plus one TBT per further token."""

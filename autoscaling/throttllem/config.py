@@ -12,29 +12,33 @@ class ThrottllemConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = "llama2-70b"
-    hardware: str = "h100-80gb"
+    model: str = Field(default="llama2-70b", description="Model the performance model M is built for.")
+    hardware: str = Field(default="h100-80gb", description="GPU the performance model M is built for.")
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles) M is trained on: the replica's own; None: Splitwise's fit."))
-    # Relative error of the output-length predictor (how far actual lengths overrun
-    # predictions); projections stretch every prediction by 1 + margin_per_error * error.
-    # None: the ingress predictor's measured p90 overrun on its held-out conversations.
-    length_error: float | None = Field(default=None, ge=0)
-    margin_per_error: float = Field(default=1.0, ge=0)
-    # Share of the TBT and E2E targets the projection may use: prefill steps of later
-    # arrivals stretch real iterations beyond M's decode-only projection (bench/throttllem.py).
-    slo_headroom: float = Field(default=0.8, gt=0, le=1)
-    # Online correction of M: projections are stretched by an EWMA (this weight per step)
-    # of each observed step's time over M's prediction for it, which takes in the prefills
-    # M does not model. 0 turns it off.
-    correction_alpha: float = Field(default=0.05, ge=0, le=1)
-    # Clock lowering is rate-limited (each change stalls the GPU ~50-200 ms); raising is not.
-    clock_lower_interval_s: float = Field(default=1.0, ge=0)
-    # Re-run the clock search at least this often even without admissions (requests end).
-    clock_refresh_s: float = Field(default=0.5, gt=0)
-    # Grid M is tabulated on: batch levels up to the batch limit and KV levels up to capacity.
-    table_batch_levels: int = Field(default=24, ge=2)
-    table_kv_levels: int = Field(default=24, ge=2)
+    length_error: float | None = Field(default=None, ge=0, description=(
+        "Relative error of the output-length predictor (how far actual lengths overrun predictions); "
+        "projections stretch every prediction by 1 + margin_per_error * error. None: the ingress "
+        "predictor's measured p90 overrun on its held-out conversations."))
+    margin_per_error: float = Field(default=1.0, ge=0, description=(
+        "How much of length_error the projections add to each predicted length (1 + margin_per_error "
+        "* length_error)."))
+    slo_headroom: float = Field(default=0.8, gt=0, le=1, description=(
+        "Share of the TBT and E2E targets the projection may use: prefill steps of later arrivals "
+        "stretch real iterations beyond M's decode-only projection (bench/throttllem.py)."))
+    correction_alpha: float = Field(default=0.05, ge=0, le=1, description=(
+        "Online correction of M: projections are stretched by an EWMA (this weight per step) of each "
+        "observed step's time over M's prediction for it, which takes in the prefills M does not "
+        "model. 0 turns it off."))
+    clock_lower_interval_s: float = Field(default=1.0, ge=0, description=(
+        "Least time (s) between two clock lowerings (each change stalls the GPU ~50-200 ms); "
+        "raising is not rate-limited."))
+    clock_refresh_s: float = Field(default=0.5, gt=0, description=(
+        "Re-run the clock search at least this often (s) even without admissions (requests end)."))
+    table_batch_levels: int = Field(default=24, ge=2, description=(
+        "Batch levels (up to the batch limit) of the grid M is tabulated on."))
+    table_kv_levels: int = Field(default=24, ge=2, description=(
+        "KV-occupancy levels (up to capacity) of the grid M is tabulated on."))
 
     def resolved(self) -> ThrottllemConfig:
         """This config with `length_error` measured when it was left to the predictor."""
