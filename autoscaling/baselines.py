@@ -26,24 +26,24 @@ class PoolPlanConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    replicas: dict[str, int]
-    tensor_parallel: dict[str, int]
-    clock_mhz: dict[str, int]
-    model: str = "llama2-70b"
-    hardware: str = "h100-80gb"
+    replicas: dict[str, int] = Field(description="Provisioned replicas per deployment.")
+    tensor_parallel: dict[str, int] = Field(description="Provisioned TP per deployment.")
+    clock_mhz: dict[str, int] = Field(description="Provisioned GPU clock (MHz) per deployment.")
+    model: str = Field(default="llama2-70b", description="Model capacity is judged on.")
+    hardware: str = Field(default="h100-80gb", description="GPU capacity is judged on.")
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile capacity is judged on (energy.profiles); None: Splitwise's fit."))
-    # TBT target the knobs must keep (DynamoLLM Table IV: 100 ms) and the share of it to plan for.
-    tbt_s: float = Field(default=0.1, gt=0)
-    headroom: float = Field(default=0.6, gt=0, le=1)
-    # Mean context of a sequence when a pool reports none yet (conversation trace ~1.3k).
-    default_context_tokens: float = Field(default=1300.0, gt=0)
-    # vLLM's KV block size: turns reported blocks into context tokens.
-    block_size: int = Field(default=16, gt=0)
-    # A knob is lowered only after the lower setting stayed enough this long (raised at once).
-    lower_hold_s: float = Field(default=5.0, ge=0)
-    # ScaleFreq: factor the clock rises by while replicas report gaps over budget.
-    clock_step_up: float = Field(default=1.15, gt=1)
+    tbt_s: float = Field(default=0.1, gt=0, description=(
+        "TBT target (s) the knobs must keep; DynamoLLM Table IV: 100 ms."))
+    headroom: float = Field(default=0.6, gt=0, le=1, description="Share of tbt_s to plan for.")
+    default_context_tokens: float = Field(default=1300.0, gt=0, description=(
+        "Mean context of a sequence (tokens) when a pool reports none yet (conversation trace ~1.3k)."))
+    block_size: int = Field(default=16, gt=0, description=(
+        "vLLM's KV block size (tokens): turns reported blocks into context tokens."))
+    lower_hold_s: float = Field(default=5.0, ge=0, description=(
+        "A knob is lowered only after the lower setting stayed enough this long (s); it is raised at once."))
+    clock_step_up: float = Field(default=1.15, gt=1, description=(
+        "ScaleFreq: factor the clock rises by while replicas report gaps over budget."))
 
     def plan(self, reason: str) -> ClusterPlan:
         return ClusterPlan(

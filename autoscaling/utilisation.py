@@ -19,10 +19,17 @@ from core.view import ClusterView, DeploymentView
 class UtilisationConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    target_requests_per_replica: float = Field(default=16.0, gt=0)
-    scale_up_above: float = Field(default=0.8, gt=0)
-    scale_down_below: float = Field(default=0.3, ge=0)
-    downscale_hold_s: float = Field(default=30.0, ge=0)
+    target_requests_per_replica: float = Field(default=16.0, gt=0, description=(
+        "Requests on a replica that count as full load (1.0); a replica's load is the larger of its "
+        "requests over this and its KV cache use."))
+    scale_up_above: float = Field(default=0.8, gt=0, description=(
+        "Upper edge of the load band: above it the pool grows at once to bring load back to the middle."))
+    scale_down_below: float = Field(default=0.3, ge=0, description=(
+        "Lower edge of the load band (< scale_up_above): below it for downscale_hold_s the pool "
+        "shrinks toward the middle."))
+    downscale_hold_s: float = Field(default=30.0, ge=0, description=(
+        "The pool shrinks only after its load stayed below the band this long (s), so a lull between "
+        "bursts does not cost a cold start."))
 
     @model_validator(mode="after")
     def _band(self) -> UtilisationConfig:

@@ -21,8 +21,11 @@ from energy.hardware import ModelSpec
 class KVTransferConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    link_gbps: float = Field(default=400.0, gt=0)  # InfiniBand per GPU on DGX-H100
-    layerwise_min_prompt_tokens: int = Field(default=512, ge=0)
+    link_gbps: float = Field(default=400.0, gt=0, description=(
+        "Bandwidth (Gbit/s) of each GPU's link; 400: InfiniBand per GPU on DGX-H100."))
+    layerwise_min_prompt_tokens: int = Field(default=512, ge=0, description=(
+        "Prompts of at least this many tokens move their KV layer-wise, smaller ones serialized "
+        "(Splitwise Fig. 14: below 512 tokens on H100)."))
 
 
 @dataclass(frozen=True)

@@ -41,11 +41,14 @@ class SplitwiseSimConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    scheduling: SplitwiseConfig = SplitwiseConfig()
-    transfer: KVTransferConfig = KVTransferConfig()
-    transfer_failure_prob: float = Field(default=0.0, ge=0, le=1)
-    transfer_timeout_s: float = Field(default=1.0, gt=0)
-    seed: int = 0
+    scheduling: SplitwiseConfig = Field(default=SplitwiseConfig(), description="Splitwise's scheduling knobs.")
+    transfer: KVTransferConfig = Field(default=KVTransferConfig(), description=(
+        "The modelled KV transfer between a prompt and a token replica (link, layer-wise threshold)."))
+    transfer_failure_prob: float = Field(default=0.0, ge=0, le=1, description=(
+        "Failure injection: the share of KV transfers that fail; the token replica then recomputes the prompt."))
+    transfer_timeout_s: float = Field(default=1.0, gt=0, description=(
+        "A failed transfer is noticed after this long (s), when the token replica stops waiting for the KV."))
+    seed: int = Field(default=0, description="Seed of the failure injection.")
 
 
 class SplitwiseSimulator(Simulator):

@@ -38,3 +38,21 @@ def test_every_reachable_field_is_described() -> None:
                for n, f in m.model_fields.items() if not (f.description or "").strip()]
     assert not missing, missing
     assert NO_DESCRIPTION not in render()
+
+
+def test_policy_and_simulator_configs_are_described() -> None:
+    """What users set through policy_kwargs or `wattwise simulate` describes every field too."""
+    from autoscaling.baselines import PoolPlanConfig
+    from autoscaling.chiron.policy import ChironConfig
+    from autoscaling.dynamollm.policy import DynamoLLMConfig
+    from autoscaling.throttllem.config import ThrottllemScalingConfig
+    from autoscaling.utilisation import UtilisationConfig
+    from sim.config import SimConfig
+    from sim.splitwise import SplitwiseSimConfig
+
+    roots = (SimConfig, SplitwiseSimConfig, DynamoLLMConfig, ChironConfig, UtilisationConfig, PoolPlanConfig,
+             ThrottllemScalingConfig)
+    found = {m for root in roots for m in models(root)}
+    missing = sorted(f"{m.__module__}.{m.__name__}.{n}" for m in found
+                     for n, f in m.model_fields.items() if not (f.description or "").strip())
+    assert not missing, missing

@@ -24,17 +24,20 @@ from core.view import ClusterView, DeploymentView
 class ChironConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    interactive: str = "pool-interactive"
-    mixed: str = "pool-mixed"
-    batch: str = "pool-batch"
-    queue: str = "batch-queue"  # the deployment reporting the global batch queue
-    theta: float = Field(default=1 / 3, gt=0, lt=1)
-    delta: float = Field(default=0.1, ge=0)
-    # Tokens/s one replica gives batch work, until batch replicas report their own.
-    batch_tokens_per_s: float = Field(default=1500.0, gt=0)
-    max_batch_replicas: int = Field(default=64, ge=0)
-    # Interactive/mixed capacity shrinks only after IBP stayed low this long (no flapping).
-    downscale_hold_s: float = Field(default=30.0, ge=0)
+    interactive: str = Field(default="pool-interactive", description="Deployment of the interactive replicas.")
+    mixed: str = Field(default="pool-mixed", description="Deployment of the mixed replicas (interactive first, batch fills).")
+    batch: str = Field(default="pool-batch", description="Deployment of the batch replicas.")
+    queue: str = Field(default="batch-queue", description="The deployment reporting the global batch queue.")
+    theta: float = Field(default=1 / 3, gt=0, lt=1, description=(
+        "Target IBP (share of interactive and mixed replicas running interactive requests): the "
+        "over-provisioning for spikes; Chiron: 1/3 when the tail arrival spike is 3x the mean."))
+    delta: float = Field(default=0.1, ge=0, description=(
+        "Half-width of the IBP band [theta - delta, theta + delta] inside which nothing scales."))
+    batch_tokens_per_s: float = Field(default=1500.0, gt=0, description=(
+        "Tokens/s one replica gives batch work, until batch replicas report their own."))
+    max_batch_replicas: int = Field(default=64, ge=0, description="Most batch replicas.")
+    downscale_hold_s: float = Field(default=30.0, ge=0, description=(
+        "Interactive/mixed capacity shrinks only after IBP stayed low this long (s; no flapping)."))
 
 
 class ChironPolicy:

@@ -37,29 +37,44 @@ MAX_TP = 8
 class DynamoLLMConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    # Deployment name -> the length classes it serves, smallest requests first.
-    pools: dict[str, list[str]]
-    cluster_gpus: int = Field(default=96, gt=0)
-    model: str = "llama2-70b"
-    hardware: str = "h100-80gb"
+    pools: dict[str, list[str]] = Field(description=(
+        "Deployment name -> the length classes it serves, smallest requests first."))
+    cluster_gpus: int = Field(default=96, gt=0, description="GPUs the cluster manager may hand out to the pools.")
+    model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
+    hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles) the energy profile is built from; None: Splitwise's fit."))
-    profile_path: str | None = None  # a `wattwise profile` output; default: built from the model
-    # The first cluster epoch waits this long after the first replica stats, to observe
-    # load; until then the runtime's provisioned pools stay as they are.
-    warmup_s: float = Field(default=60.0, ge=0)
-    cluster_epoch_s: float = Field(default=1800.0, gt=0)
-    pool_epoch_s: float = Field(default=300.0, gt=0)
-    instance_epoch_s: float = Field(default=5.0, gt=0)
-    headroom: float = Field(default=0.8, gt=0, le=1)  # share of each SLO to plan for
-    min_pool_instances: float = Field(default=0.5, ge=0)
-    max_pools: int | None = Field(default=None, gt=0)
-    overload_queue_per_replica: float = Field(default=8.0, gt=0)
-    # A new plan that grows pools takes effect (routing moves, other pools shrink)
-    # once the grown pools' replicas are ready, or after this long.
-    shadow_timeout_s: float = Field(default=120.0, ge=0)
-    max_reshards_per_epoch: int = Field(default=2, ge=1)
-    overheads: OverheadTable = OverheadTable()
+    profile_path: str | None = Field(default=None, description=(
+        "A `wattwise profile` output to load the energy profile from; None: built from the model."))
+    warmup_s: float = Field(default=60.0, ge=0, description=(
+        "The first cluster epoch waits this long (s) after the first replica stats, to observe load; "
+        "until then the runtime's provisioned pools stay as they are."))
+    cluster_epoch_s: float = Field(default=1800.0, gt=0, description=(
+        "Cluster-manager epoch (s): pools are sized from the predicted peak over the next epoch "
+        "(DynamoLLM: 30 min)."))
+    pool_epoch_s: float = Field(default=300.0, gt=0, description=(
+        "Pool-manager epoch (s): each pool re-picks its TP and instance count (DynamoLLM: 5 min)."))
+    instance_epoch_s: float = Field(default=5.0, gt=0, description=(
+        "Instance-manager epoch (s): each pool re-picks the lowest-energy GPU clock meeting the SLO "
+        "at its current load (DynamoLLM: 5 s)."))
+    headroom: float = Field(default=0.8, gt=0, le=1, description="Share of each SLO to plan for.")
+    min_pool_instances: float = Field(default=0.5, ge=0, description=(
+        "A pool (other than the last) whose demand is below this many instances gets none; its load "
+        "spills to the next pool."))
+    max_pools: int | None = Field(default=None, gt=0, description=(
+        "Most pools kept: the busiest ones plus the last; the others' load spills over. None: all."))
+    overload_queue_per_replica: float = Field(default=8.0, gt=0, description=(
+        "A pool with more queued requests than this per replica (or late on TTFT) is overloaded: it "
+        "sheds load to its spill pool or adds an instance."))
+    shadow_timeout_s: float = Field(default=120.0, ge=0, description=(
+        "A new plan that grows pools takes effect (routing moves, other pools shrink) once the grown "
+        "pools' replicas are ready, or after this long (s)."))
+    max_reshards_per_epoch: int = Field(default=2, ge=1, description=(
+        "Most optional TP changes per pool epoch (staggered reconfiguration, §IV-B); changes a pool "
+        "needs to carry its load are not counted."))
+    overheads: OverheadTable = Field(default=OverheadTable(), description=(
+        "What a TP change and a clock change cost: the reconfiguration is worth it only when its "
+        "energy saving pays for them."))
 
 
 @dataclass

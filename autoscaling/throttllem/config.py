@@ -56,18 +56,21 @@ class ThrottllemScalingConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = "llama2-70b"
-    hardware: str = "h100-80gb"
+    model: str = Field(default="llama2-70b", description="Model the max loads per TP are judged on.")
+    hardware: str = Field(default="h100-80gb", description="GPU the max loads per TP are judged on.")
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles) the max loads per TP are judged on; None: Splitwise's fit."))
-    monitor_interval_s: float = Field(default=10.0, gt=0)
-    # Grace period = an engine's spawn time (sim OverheadTable.reshard_s, DynamoLLM Table V).
-    spawn_s: float = Field(default=33.0, ge=0)
-    # Profiled max load per TP (requests/s one engine carries); None: from the capacity model
-    # for the request shape below, at max clock, within tbt_s * load_headroom.
-    max_load_rps: dict[int, float] | None = None
-    # Azure conversation trace 2023: mean prompt 1155, mean output 211 tokens.
-    mean_prompt_tokens: float = Field(default=1155.0, gt=0)
-    mean_output_tokens: float = Field(default=211.0, gt=0)
-    tbt_s: float = Field(default=0.1, gt=0)
-    load_headroom: float = Field(default=0.8, gt=0, le=1)
+    monitor_interval_s: float = Field(default=10.0, gt=0, description=(
+        "How often (s) the autoscaler re-picks each deployment's engine size from its load."))
+    spawn_s: float = Field(default=33.0, ge=0, description=(
+        "Grace period (s) in which a new engine may grow but not shrink: an engine's spawn time "
+        "(sim OverheadTable.reshard_s, DynamoLLM Table V)."))
+    max_load_rps: dict[int, float] | None = Field(default=None, description=(
+        "Profiled max load per TP (requests/s one engine carries); None: from the capacity model for "
+        "the request shape below, at max clock, within tbt_s * load_headroom."))
+    mean_prompt_tokens: float = Field(default=1155.0, gt=0, description=(
+        "Mean prompt of the request shape (tokens); Azure conversation trace 2023: 1155."))
+    mean_output_tokens: float = Field(default=211.0, gt=0, description=(
+        "Mean output of the request shape (tokens); Azure conversation trace 2023: 211."))
+    tbt_s: float = Field(default=0.1, gt=0, description="TBT target (s) the max loads per TP keep.")
+    load_headroom: float = Field(default=0.8, gt=0, le=1, description="Share of tbt_s the max loads per TP plan for.")
