@@ -107,10 +107,13 @@ class LLMReplica:
                     self._refused_tp = tp
         if name in plan.batch_limit and self.local is None:  # the local autoscaler owns it otherwise
             self.engine.set_batch_limit(plan.batch_limit[name])
+        # A plan clock is a pin (a policy that owns the clock, or an operator's): the band
+        # collapses on it, so no per-step hook moves it. Real GPUs follow via _forward_clock.
+        band = plan.clock_band_mhz.get(name)
         if name in plan.clock_mhz:
-            self.engine.set_clock(plan.clock_mhz[name])  # real GPUs follow via _forward_clock
-        if name in plan.clock_band_mhz:
-            self.engine.set_clock_band(*plan.clock_band_mhz[name])
+            band = (plan.clock_mhz[name], plan.clock_mhz[name])
+        if band is not None:
+            self.engine.set_clock_band(*band)
 
     async def check_health(self) -> None:
         """Serve calls this every few seconds: it also keeps the plan follower alive."""

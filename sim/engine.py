@@ -434,8 +434,9 @@ class Simulator:
                         r.batcher.set_batch_limit(pool.batch_limit)
             if name in plan.clock_mhz:
                 self._set_clock(pool, float(plan.clock_mhz[name]), now)
-            if name in plan.clock_band_mhz and plan.clock_band_mhz[name] != pool.clock_band_mhz:
-                pool.clock_band_mhz = plan.clock_band_mhz[name]
+            band = plan.clock_band_mhz.get(name)
+            if band is not None and name not in plan.clock_mhz and band != pool.clock_band_mhz:
+                pool.clock_band_mhz = band
                 for r in pool.replicas:
                     if r.batcher is not None:
                         r.batcher.set_clock_band(*pool.clock_band_mhz)
@@ -444,11 +445,13 @@ class Simulator:
             self._reconcile(pool, now)
 
     def _set_clock(self, pool: Pool, clock_mhz: float, now: float) -> None:
+        """A plan clock is a pin: the band collapses on it (as in Serve's replicas)."""
         pool.clock_mhz = clock_mhz
+        pool.clock_band_mhz = (clock_mhz, clock_mhz)
         for r in pool.replicas:
-            if r.batcher is None or r.clock_mhz == clock_mhz:
+            if r.batcher is None or r.batcher.clock_band_mhz == pool.clock_band_mhz:
                 continue
-            r.batcher.set_clock(clock_mhz)
+            r.batcher.set_clock_band(clock_mhz, clock_mhz)
             self._charge_clock_change(r, now)
 
     def _charge_clock_change(self, r: SimReplica, now: float) -> None:

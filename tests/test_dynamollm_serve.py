@@ -21,7 +21,7 @@ def _dynamollm_config(config: dict[str, Any]) -> None:
     app["autoscaling_policy"]["policy_kwargs"] = {
         "policy": "dynamollm",
         "pools": {f"pool-{p['name']}": p["classes"] for p in pools},
-        "cluster_gpus": 32, "warmup_s": 8, "cluster_epoch_s": 30, "pool_epoch_s": 15, "instance_epoch_s": 2,
+        "cluster_gpus": 32, "warmup_s": 20, "cluster_epoch_s": 30, "pool_epoch_s": 15, "instance_epoch_s": 2,
     }
     for pool in pools:
         # The small pools may be emptied by the cluster manager; each starts with one replica.

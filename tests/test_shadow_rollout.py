@@ -265,8 +265,8 @@ def test_a_replica_that_cannot_take_the_plans_tp_still_applies_its_clock_and_bat
         def set_tensor_parallel(self, tp: int) -> None:
             raise TensorParallelChangeUnsupported("vLLM cannot re-shard")
 
-        def set_clock(self, clock_mhz: float) -> None:
-            self.clock_mhz = clock_mhz
+        def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:  # as vLLM: runs at the floor
+            self.clock_mhz = low_mhz
 
         def set_batch_limit(self, limit: int) -> None:
             self.batch_limit = limit
