@@ -40,7 +40,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=5.5, help="synthetic: requests/s")
     p.add_argument("--cv", type=float, default=1.0, help="synthetic: inter-arrival CV (1 = Poisson)")
     p.add_argument("--batch-fraction", type=float, default=0.0, help="share of batch service-class requests")
-    p.add_argument("--policy", action="append", help=f"repeatable; e.g. {', '.join(SPECS)}")
+    p.add_argument("--policy", action="append", help=f"repeatable (default: singlepool and wattwise); e.g. {', '.join(SPECS)}")
     p.add_argument("--gpus", type=int, default=SimConfig().cluster_gpus, help="cluster size in GPUs")
     p.add_argument("--model", default="llama2-70b", choices=sorted(MODELS))
     p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(f"{len(w)} requests over {w.duration_s:.0f} s ({len(w) / max(w.duration_s, 1e-9):.2f} req/s)", file=sys.stderr)
     results, runs = [], {}
-    for policy in args.policy or ["singlepool"]:
+    # Default: the one controller, beside SinglePool as the reference ("x first").
+    for policy in args.policy or ["singlepool", "wattwise"]:
         try:
             summary, raw = simulate(policy, w, config, on_progress=progress(policy))
         except ValueError as exc:
