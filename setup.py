@@ -2,7 +2,7 @@
 
 Everything else is in pyproject.toml. `data/` and `serve_config*.yaml` stay at the top of the
 repository (commands, tests and docs name them there); a wheel carries copies under
-`wattwise/_resources/`, found by wattwise.paths.shipped with importlib.resources. An editable
+`wattwise/_resources/`, found by core.paths.shipped with importlib.resources. An editable
 install reads the checkout and copies nothing.
 """
 
@@ -14,7 +14,7 @@ from setuptools.command.build_py import build_py
 
 HERE = Path(__file__).resolve().parent
 SHIPPED = ("serve_config.yaml", "serve_config.cpu.yaml", "serve_config.gpu.yaml",
-           "serve_config.splitwise.yaml", "data")  # = wattwise.paths.SHIPPED
+           "serve_config.splitwise.yaml", "data")  # = core.paths.SHIPPED
 
 
 class BuildWithResources(build_py):

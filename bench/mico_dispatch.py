@@ -21,8 +21,8 @@ import numpy as np
 
 from app.dispatch import Query, round_robin, token_balanced
 from app.offload import TransferCost
-from app.predictor_config import PredictorConfig, make_predictor
-from app.prompt_data import load_pairs, split_by_conversation
+from prediction.predictor_config import PredictorConfig, make_predictor
+from prediction.prompt_data import load_pairs, split_by_conversation
 from core.classes import LengthClassConfig
 from sim.multicluster import ClusterSpec, MultiClusterResult, MultiClusterSim
 

@@ -2,7 +2,7 @@
 
     python -m bench.predictor
 
-The shipped ShareGPT pairs split three ways by conversation (app.prompt_data.split_three_way):
+The shipped ShareGPT pairs split three ways by conversation (prediction.prompt_data.split_three_way):
 every model fits on train; hyper-parameters and the default were chosen on the validation
 split (python -m bench.predictor_sweep); this scores the test split, in Mico's 10 buckets
 of 70 words and DynamoLLM's S / M / L. Baselines use the same train split: its majority
@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from app.length_buckets import LengthBuckets
-from app.predictor_config import PredictorConfig, make_predictor
-from app.prompt_data import load_pairs, split_three_way
+from prediction.length_buckets import LengthBuckets
+from prediction.predictor_config import PredictorConfig, make_predictor
+from prediction.prompt_data import load_pairs, split_three_way
 from bench.predictor_candidates import BASELINES, CANDIDATES, labels, majority_bucket
 from bench.predictor_sweep import scores
 from core.classes import LengthClassConfig

@@ -18,11 +18,11 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge, SGDClassifier
 from sklearn.preprocessing import StandardScaler
 
-from app.hashed_bucket_model import HashedBucketModel
-from app.length_buckets import LengthBuckets
-from app.length_predictor import median_bucket
-from app.prompt_cues import cue_matrix
-from app.prompt_data import PromptPairs
+from prediction.hashed_bucket_model import HashedBucketModel
+from prediction.length_buckets import LengthBuckets
+from prediction.length_predictor import median_bucket
+from prediction.prompt_cues import cue_matrix
+from prediction.prompt_data import PromptPairs
 from core.classes import LengthClassConfig
 
 MAX_CHARS = 4000
@@ -49,7 +49,7 @@ def median_by_input_size(train: PromptPairs, buckets: LengthBuckets, test: Promp
 
 def hashed_cues_sgd(train: PromptPairs, buckets: LengthBuckets, test: PromptPairs,
                     alpha: float = 3e-4, epochs: int = 20) -> np.ndarray:
-    """The default model (app.hashed_bucket_model)."""
+    """The default model (prediction.hashed_bucket_model)."""
     model = HashedBucketModel(buckets.n, alpha=alpha, epochs=epochs)
     model.fit(train.prompts, train.prompt_tokens, list(labels(buckets, train)))
     return median_bucket(model.predict_proba(test.prompts, test.prompt_tokens))

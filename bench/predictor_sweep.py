@@ -15,8 +15,8 @@ import itertools
 
 import numpy as np
 
-from app.length_buckets import LengthBuckets
-from app.prompt_data import load_pairs, split_three_way
+from prediction.length_buckets import LengthBuckets
+from prediction.prompt_data import load_pairs, split_three_way
 from bench.predictor_candidates import CANDIDATES, labels
 from core.classes import LengthClassConfig
 

@@ -22,7 +22,7 @@ from typing import Any
 import openai
 
 from wattwise.local_serve import LocalServe
-from wattwise.paths import ROOT
+from core.paths import ROOT
 
 CONFIG = ROOT / "serve_config.splitwise.yaml"
 MODEL = "llama2-70b-sim"

@@ -28,7 +28,7 @@ import openai
 from bench.cpu_accounting import cpu_by_label, snapshot
 from engines.factory import parse_engine_config
 from wattwise.local_serve import LocalServe
-from wattwise.paths import ROOT
+from core.paths import ROOT
 from wattwise.tiny_model import build_tiny_model, tiny_engine_config
 
 MODEL_NAME = "tiny-llm"

@@ -33,7 +33,7 @@ from app.openai_api import (
     openapi_body,
     usage_dict,
 )
-from app.predictor_config import make_predictor
+from prediction.predictor_config import make_predictor
 from app.prompt_tokenizer import prompt_tokenizer
 from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter

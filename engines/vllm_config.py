@@ -110,7 +110,7 @@ class VllmEngineConfig(BaseModel):
     interactive_first: bool = Field(default=False, description=(
         "Chiron's mixed replica: interactive requests wait ahead of batch ones and preempt the newest "
         "running batch request when the batch is full; it resumes later from its prompt plus the "
-        "tokens it generated (app/builder.py sets it for mixed pools)."))
+        "tokens it generated (deployments/builder.py sets it for mixed pools)."))
     keep_preempted_kv: bool = Field(default=True, description=(
         "With interactive_first and no kv_transfer: a preempted request's KV is kept "
         "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "

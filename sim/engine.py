@@ -30,7 +30,7 @@ from energy.calibration import default_perf_model
 from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from app.predictor_confusion import default_predictor_error
+from prediction.predictor_confusion import default_predictor_error
 from sim.length_prediction import predicted_by_predictor, predicted_with_noise
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.predictor_confusion import PredictorError
+from prediction.predictor_confusion import PredictorError
 
 
 def predicted_by_predictor(output_tokens: np.ndarray, error: PredictorError, seed: int) -> np.ndarray:

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
-from wattwise.paths import DATA
+from core.paths import DATA
 
-# The checkout's data/ or, in an installed wheel, its package data (wattwise.paths).
+# The checkout's data/ or, in an installed wheel, its package data (core.paths).
 TRACE_DIR = DATA / "azure"
 TRACES = {name: TRACE_DIR / f"AzureLLMInferenceTrace_{name}.csv" for name in ("conv", "code")}
 

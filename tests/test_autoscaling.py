@@ -3,7 +3,7 @@
 from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 
-from autoscaling.serve_adapter import AppAutoscalingPolicy, view_from_contexts
+from deployments.serve_adapter import AppAutoscalingPolicy, view_from_contexts
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView

@@ -9,8 +9,8 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.schema import ServeDeploySchema
 
 from app.config import AppConfig
-from autoscaling.serve_adapter import AppAutoscalingPolicy
-from wattwise.paths import ROOT, SERVE_CONFIG
+from deployments.serve_adapter import AppAutoscalingPolicy
+from core.paths import ROOT, SERVE_CONFIG
 
 
 def test_cluster_yaml_validates_offline() -> None:
@@ -87,7 +87,7 @@ def test_bad_policy_config_is_rejected_by_name(kwargs: dict, rule: str) -> None:
 def test_vllm_serve_configs_validate_and_place_replicas(name: str) -> None:
     """The real-engine configs (vLLM on CPU, and on GPUs for cluster.yaml, which cannot run
     here) pass Serve's schema and AppConfig; GPU pools ask for the GPUs their TP needs."""
-    from app.builder import _pool_deployment
+    from deployments.builder import _pool_deployment
 
     schema = ServeDeploySchema.model_validate(yaml.safe_load((ROOT / name).read_text()))
     for app in schema.applications:

@@ -28,7 +28,7 @@ from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 from ray.serve.exceptions import RequestCancelledError
 
-from autoscaling.serve_adapter import AppAutoscalingPolicy
+from deployments.serve_adapter import AppAutoscalingPolicy
 from core.request import Request
 from core.slo import SLO
 from deployments.resume import (

@@ -4,7 +4,7 @@ from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 
 from autoscaling.handover import EmptyingHandover
-from autoscaling.serve_adapter import AppAutoscalingPolicy
+from deployments.serve_adapter import AppAutoscalingPolicy
 from core.plan import ClusterPlan
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from app.dispatch import Query, longest_first, rank_by_load, round_robin, token_balanced
-from app.length_buckets import LengthBuckets
+from prediction.length_buckets import LengthBuckets
 from sim.multicluster import ClusterSpec, MultiClusterSim
 
 BUCKETS = LengthBuckets.uniform(700, 10)

@@ -5,13 +5,13 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig
-from app.length_buckets import LengthBuckets
-from app.length_predictor import BucketLengthPredictor
-from app.predict import BucketMedianPredictor
-from app.prediction_error import PredictionErrors
-from app.predictor_config import PredictorConfig, make_predictor
-from app.prompt_cues import CUES, N_CUES, prompt_cues
-from app.prompt_data import load_pairs, split_by_conversation, split_three_way
+from prediction.length_buckets import LengthBuckets
+from prediction.length_predictor import BucketLengthPredictor
+from prediction.predict import BucketMedianPredictor
+from prediction.prediction_error import PredictionErrors
+from prediction.predictor_config import PredictorConfig, make_predictor
+from prediction.prompt_cues import CUES, N_CUES, prompt_cues
+from prediction.prompt_data import load_pairs, split_by_conversation, split_three_way
 from core.classes import LengthClassConfig
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from wattwise import paths
+from core import paths
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError
 
-from autoscaling.serve_adapter import AppAutoscalingPolicy, ControllerMetrics
+from deployments.serve_adapter import AppAutoscalingPolicy, ControllerMetrics
 from core.plan import ClusterPlan
 from core.request import Request
 from core.slo import SLO

@@ -9,7 +9,7 @@ from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 from app.config import PoolConfig
-from autoscaling.serve_adapter import AppAutoscalingPolicy
+from deployments.serve_adapter import AppAutoscalingPolicy
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool, ShadowRollouts
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats
@@ -234,7 +234,7 @@ def test_bad_tp_options_are_rejected_naming_the_field(kw: dict, rule: str) -> No
 
 
 def test_shadow_pools_get_a_deployment_per_tp_at_zero_replicas() -> None:
-    from app.builder import _pool_deployments
+    from deployments.builder import _pool_deployments
 
     assert _pool(engine={"tensor_parallel": 2}, tensor_parallel_options=[2, 4]).deployments_by_tp() == {2: "pool-a"}
     vllm = _pool(engine={"kind": "vllm", "model": "/m", "tensor_parallel": 1}, tensor_parallel_options=[2, 1],

@@ -19,7 +19,7 @@ from tests.live_app import in_replica, served_with_driver
 from tests.shadow_load import Load, pin_and_watch, pools
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
-from wattwise.paths import ROOT
+from core.paths import ROOT
 from wattwise.tiny_model import tiny_engine_config
 
 pytestmark = pytest.mark.ray

@@ -16,7 +16,7 @@ import pytest
 
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
-from wattwise.paths import ROOT
+from core.paths import ROOT
 from wattwise.tiny_model import stdlib_docstrings, tiny_engine_config
 
 pytestmark = pytest.mark.ray

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from app.builder import _pool_deployment
+from deployments.builder import _pool_deployment
 from app.config import PoolConfig
 
 

@@ -7,7 +7,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from wattwise.paths import SERVE_CONFIG
+from core.paths import SERVE_CONFIG
 
 if TYPE_CHECKING:
     from energy.perf_model import PerfModel

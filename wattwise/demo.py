@@ -31,7 +31,7 @@ from sim.metrics import summarise as summarise_run
 from sim.scenario import build
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
-from wattwise.paths import SERVE_CONFIG
+from core.paths import SERVE_CONFIG
 
 MODEL = "llama2-70b-sim"
 MAX_CONTEXT_TOKENS = 8192

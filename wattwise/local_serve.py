@@ -22,7 +22,7 @@ import httpx
 import yaml
 
 from app.config import hash_key
-from wattwise.paths import SERVE_CONFIG
+from core.paths import SERVE_CONFIG
 
 
 def free_port() -> int:

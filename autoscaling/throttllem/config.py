@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.predictor_confusion import default_predictor_error
+from prediction.predictor_confusion import default_predictor_error
 
 
 class ThrottllemConfig(BaseModel):

@@ -11,9 +11,9 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from wattwise.paths import DATA
+from core.paths import DATA
 
-# The checkout's data/ or, in an installed wheel, its package data (wattwise.paths).
+# The checkout's data/ or, in an installed wheel, its package data (core.paths).
 PROMPTS_FILE = DATA / "prompts" / "sharegpt_pairs.jsonl"
 
 

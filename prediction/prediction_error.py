@@ -10,7 +10,7 @@ from collections import deque
 
 import numpy as np
 
-from app.length_buckets import LengthBuckets
+from prediction.length_buckets import LengthBuckets
 
 
 class PredictionErrors:

@@ -13,9 +13,9 @@ from typing import Protocol
 
 import numpy as np
 
-from app.length_buckets import LengthBuckets
-from app.prediction_error import PredictionErrors
-from app.prompt_data import PromptPairs
+from prediction.length_buckets import LengthBuckets
+from prediction.prediction_error import PredictionErrors
+from prediction.prompt_data import PromptPairs
 
 
 class BucketModel(Protocol):

@@ -8,8 +8,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from app.length_buckets import LengthBuckets
-from app.predictor_config import PredictorConfig, make_predictor
+from prediction.length_buckets import LengthBuckets
+from prediction.predictor_config import PredictorConfig, make_predictor
 from core.classes import LengthClassConfig
 
 

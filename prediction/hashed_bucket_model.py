@@ -11,7 +11,7 @@ import numpy as np
 from scipy.special import expit
 from sklearn.linear_model import SGDClassifier
 
-from app.prompt_features import PromptFeaturizer
+from prediction.prompt_features import PromptFeaturizer
 
 
 class HashedBucketModel:

@@ -13,12 +13,12 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.hashed_bucket_model import HashedBucketModel
-from app.length_buckets import LengthBuckets
-from app.length_predictor import BucketLengthPredictor
-from app.predict import BucketMedianPredictor, OutputLengthPredictor
-from app.prompt_data import PROMPTS_FILE, load_pairs, split_three_way
-from app.transformer_bucket_model import TransformerBucketModel
+from prediction.hashed_bucket_model import HashedBucketModel
+from prediction.length_buckets import LengthBuckets
+from prediction.length_predictor import BucketLengthPredictor
+from prediction.predict import BucketMedianPredictor, OutputLengthPredictor
+from prediction.prompt_data import PROMPTS_FILE, load_pairs, split_three_way
+from prediction.transformer_bucket_model import TransformerBucketModel
 from core.classes import LengthClassConfig
 
 

@@ -3,7 +3,7 @@
 Hashing (no vocabulary) lets the model learn online from unseen words without refitting
 a vectoriser; inverse document frequencies, learned once at fit, keep frequent filler
 words from drowning the rare ones that name the task. The hand-made cues
-(app.prompt_cues) are standardised and appended with a fixed weight. The idf and
+(prediction.prompt_cues) are standardised and appended with a fixed weight. The idf and
 scaling are plain numpy, not TfidfTransformer / StandardScaler: their per-call checks
 cost ~1 ms of a single request's latency.
 """
@@ -14,7 +14,7 @@ import numpy as np
 from scipy.sparse import csr_matrix, hstack
 from sklearn.feature_extraction.text import HashingVectorizer
 
-from app.prompt_cues import cue_matrix
+from prediction.prompt_cues import cue_matrix
 
 
 class PromptFeaturizer:
