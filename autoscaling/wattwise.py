@@ -5,7 +5,7 @@
 | replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin) | this policy, inside the planner's load |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
-| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (engines.hook_chains) |
+| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains) |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog, or a mean TTFT over target, sets a floor on instances | every plan |
 

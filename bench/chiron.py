@@ -20,7 +20,7 @@ from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.config import SimConfig
 from sim.run import simulate
 from sim.workload import batch_dump, fit_context, load_trace, synthetic

@@ -24,8 +24,8 @@ from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler, profiled_max
 from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemScalingConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from core.classes import LengthClassConfig
-from energy.ml_perf_model import default_profile, split_scores
-from engines.batching import BatcherConfig
+from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
+from batching.continuous_batcher import BatcherConfig
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
 from sim.engine import PoolSetup, Simulator

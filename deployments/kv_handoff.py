@@ -26,7 +26,7 @@ from app.splitwise_config import SplitwiseServeConfig
 from core.request import Request
 from energy.hardware import MODELS
 from energy.kv_transfer import KVTransferModel
-from engines.batching import Sequence
+from batching.continuous_batcher import Sequence
 from engines.protocol import Engine, GenerationChunk
 
 OBJECT_STORE, CONNECTOR, LOCAL, RECOMPUTED = "object_store", "connector", "local", "recomputed"

@@ -24,7 +24,7 @@ from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
 from deployments.metrics import ReplicaMetrics
 from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
-from engines.batching import RequestShed
+from batching.continuous_batcher import RequestShed
 from engines.factory import make_engine
 from engines.protocol import GenerationChunk, RequestSquashed, TensorParallelChangeUnsupported
 

@@ -22,8 +22,8 @@ from core.overheads import OverheadTable
 from core.request import Request
 from core.stats import ReplicaStats
 from core.token_counter import default_token_counter
-from engines.batching import BatcherConfig, ContinuousBatcher, Sequence
-from engines.hook_chains import chain_admission, chain_clock, chain_preemption
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Sequence
+from batching.hook_chains import chain_admission, chain_clock, chain_preemption
 from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
 

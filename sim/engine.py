@@ -27,7 +27,7 @@ from core.policy import ControlPolicy
 from core.request import Request
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
-from engines.batching import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
 from prediction.predictor_confusion import default_predictor_error

@@ -17,7 +17,7 @@ from app.token_ledger import TokenLedger
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher, Step, StepOutput
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Step, StepOutput
 
 BATCH_SLO = SLO(ttft_s=3600.0, tbt_s=2.0)  # offline batch: only completion time matters
 

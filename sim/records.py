@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from core.classes import LengthClassConfig
-from engines.batching import Sequence
+from batching.continuous_batcher import Sequence
 
 CLASS_NAMES = LengthClassConfig.names()
 CLASS_INDEX = {name: i for i, name in enumerate(CLASS_NAMES)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import Enum
 
 from autoscaling.chiron.local import LocalBatchAutoscaler
-from engines.batching import BatcherConfig, ContinuousBatcher, Step
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Step
 from energy.perf_model import PerfModel
 
 

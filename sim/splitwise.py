@@ -31,7 +31,7 @@ from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseS
 from core.request import Request
 from energy.kv_transfer import KVTransferConfig, KVTransferModel
 from energy.perf_model import PerfModel
-from engines.batching import Sequence
+from batching.continuous_batcher import Sequence
 from sim.engine import CALL, Pool, Simulator
 from sim.replica import SimReplica, State
 

@@ -11,7 +11,7 @@ from core.paths import SERVE_CONFIG
 
 if TYPE_CHECKING:
     from energy.perf_model import PerfModel
-    from energy.profiling import LatencyPoint
+    from energy.latency_points import LatencyPoint
 
 USAGE = """usage: wattwise COMMAND [ARGS]
 
@@ -78,7 +78,7 @@ def _profile(argv: list[str]) -> int:
     from energy.hardware import GPUS
     from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS
     from energy.profile_builder import build_profile
-    from energy.profiling import sweep
+    from batching.profile_sweep import sweep
 
     p = argparse.ArgumentParser(prog="wattwise profile", description="Write an energy profile for DynamoLLM.")
     p.add_argument("--out", required=True, help="JSON path; give it to the dynamollm policy as profile_path")
@@ -106,7 +106,7 @@ def _profile(argv: list[str]) -> int:
     if args.vllm_model:
         return _profile_vllm(args)
     if args.fit_latency:
-        from energy.profiling import load_latency_csv
+        from energy.latency_points import load_latency_csv
 
         if not args.model_dir:
             p.error("--fit-latency needs --model-dir (the model the latencies were measured on)")
@@ -136,7 +136,8 @@ def _profile_vllm(args) -> int:
     """Latency vs batch and context measured on a vLLM engine (wattwise profile --vllm-model)."""
     import json
 
-    from energy.profiling import profile_engine, save_latency_csv
+    from energy.latency_points import save_latency_csv
+    from engines.latency_profiling import profile_engine
     from wattwise.tiny_model import tiny_engine_config
 
     config = tiny_engine_config(args.vllm_model, **json.loads(args.vllm_engine))
@@ -179,8 +180,8 @@ def _profile_ips(perf: PerfModel, out: str) -> int:
     """Sweep batch, KV fill and random clocks on the sim engine; fit M and score it (Table III)."""
     import numpy as np
 
-    from energy.ips_profiling import profile_ips
-    from energy.ml_perf_model import split_scores
+    from autoscaling.throttllem.ips_profiling import profile_ips
+    from autoscaling.throttllem.ml_perf_model import split_scores
 
     samples = profile_ips(perf)
     np.savetxt(out, np.column_stack([samples.features(), samples.ips]), delimiter=",",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from autoscaling.splitwise.config import MachineConfig
-from engines.batching import ContinuousBatcher, Sequence
+from batching.continuous_batcher import ContinuousBatcher, Sequence
 
 
 class KvHeadroomAdmission:

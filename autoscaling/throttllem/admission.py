@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from autoscaling.throttllem.projector import ReplicaProjector
 from autoscaling.throttllem.slo_checks import kv_fits
-from engines.batching import ContinuousBatcher, Sequence
+from batching.continuous_batcher import ContinuousBatcher, Sequence
 
 
 class ThrottllemAdmission:

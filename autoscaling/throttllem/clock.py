@@ -14,7 +14,7 @@ from __future__ import annotations
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
-from engines.batching import ContinuousBatcher
+from batching.continuous_batcher import ContinuousBatcher
 
 
 class ThrottllemClock:

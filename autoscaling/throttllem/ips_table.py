@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energy.ml_perf_model import IpsModel
+from autoscaling.throttllem.ml_perf_model import IpsModel
 
 
 @dataclass(frozen=True)

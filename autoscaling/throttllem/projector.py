@@ -23,7 +23,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection, Scoreboard
 from autoscaling.throttllem.slo_checks import Verdict, check
-from engines.batching import ContinuousBatcher, Sequence
+from batching.continuous_batcher import ContinuousBatcher, Sequence
 
 
 class ReplicaProjector:

@@ -15,8 +15,8 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable
 from autoscaling.throttllem.projector import ReplicaProjector
 from energy.calibration import default_perf_model
-from energy.ml_perf_model import default_ips_model
-from engines.batching import BatcherConfig
+from autoscaling.throttllem.ml_perf_model import default_ips_model
+from batching.continuous_batcher import BatcherConfig
 from energy.perf_model import PerfModel
 
 

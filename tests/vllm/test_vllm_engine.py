@@ -111,7 +111,8 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     """`wattwise profile --vllm-model`: latency vs batch and context, on this engine."""
     import csv
 
-    from energy.profiling import measure_latency, save_latency_csv
+    from energy.latency_points import save_latency_csv
+    from engines.latency_profiling import measure_latency
 
     points = loop.run_until_complete(measure_latency(engine, (1, 3), (40, 300), output_tokens=8))
     assert [(p.batch, p.context_tokens > 250) for p in points] == [(1, False), (3, False), (1, True), (3, True)]

@@ -9,7 +9,7 @@ from app.token_ledger import TokenLedger
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.multicluster import account_step
 
 

@@ -185,7 +185,7 @@ def test_measured_sweep_agrees_with_the_model_profile(cls: str, tp: int, clock: 
     """`wattwise profile --source engine` measures the batcher; the default profile is the
     analytic steady state. They agree on power closely and on latency roughly."""
     from energy.profile import CONV_CLASS_SHAPES
-    from energy.profiling import measure_point
+    from batching.profile_sweep import measure_point
 
     perf = default_perf_model()
     model = build_profile(perf, shapes={cls: CONV_CLASS_SHAPES[cls]})

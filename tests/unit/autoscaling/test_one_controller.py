@@ -22,8 +22,8 @@ from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.profile_builder import build_profile
-from engines.batching import BatcherConfig, ContinuousBatcher
-from engines.hook_chains import AdmissionChain, ClockChain, PreemptionChain
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from batching.hook_chains import AdmissionChain, ClockChain, PreemptionChain
 from engines.sim_engine import SimEngine, SimEngineConfig
 from sim.config import SimConfig
 from sim.engine import Simulator

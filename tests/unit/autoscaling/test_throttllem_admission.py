@@ -7,7 +7,7 @@ from autoscaling.throttllem.slo_checks import check, lowest_passing_clock
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 LOOSE = SLO(ttft_s=3600, tbt_s=10)
 

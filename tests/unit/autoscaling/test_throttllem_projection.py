@@ -7,7 +7,7 @@ from autoscaling.throttllem.scoreboard import Scoreboard
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 SLO_ANY = SLO(ttft_s=60, tbt_s=1)
 

@@ -12,7 +12,7 @@ from energy.engine_fit import fit_engine_perf_model, fit_quality
 from energy.hardware import GPUS, MODELS, ModelSpec
 from energy.perf_model import PerfModel, PhaseFit
 from energy.profile import EnergyProfile
-from energy.profiling import LatencyPoint, load_latency_csv, save_latency_csv
+from energy.latency_points import LatencyPoint, load_latency_csv, save_latency_csv
 from wattwise.cli import main
 
 LLAMA2_70B_CONFIG = {

@@ -1,6 +1,6 @@
 """throttLL'eM's performance model M: profiled on the sim engine, beats a linear model."""
 
-from energy.ml_perf_model import default_profile, split_scores
+from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
 
 
 def test_gbr_beats_linear_on_held_out_data():

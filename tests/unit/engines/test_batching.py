@@ -3,7 +3,7 @@
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 SLO_ = SLO(ttft_s=1, tbt_s=0.1)
 

@@ -6,7 +6,7 @@ from autoscaling.splitwise.machine import AgingPreemption
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.config import SimConfig
 from sim.splitwise import SplitwiseSimConfig
 from sim.splitwise_plan import plan_splitwise, run_splitwise

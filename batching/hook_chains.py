@@ -21,7 +21,7 @@ from collections.abc import Sequence as Members
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engines.batching import AdmissionPolicy, ClockPolicy, ContinuousBatcher, PreemptionPolicy, Sequence
+    from batching.continuous_batcher import AdmissionPolicy, ClockPolicy, ContinuousBatcher, PreemptionPolicy, Sequence
 
 
 class AdmissionChain:

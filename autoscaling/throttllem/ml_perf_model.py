@@ -22,7 +22,7 @@ from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error, r2_score
 
 from energy.calibration import default_perf_model
-from energy.ips_profiling import IpsSamples, profile_ips
+from autoscaling.throttllem.ips_profiling import IpsSamples, profile_ips
 
 # Feature order: tp, batch, kv_blocks, clock_mhz (IpsSamples.features).
 MONOTONE = (0, -1, -1, 1)
@@ -90,8 +90,8 @@ def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb", pr
     path = CACHE_DIR / f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{digest}.pkl"
     try:
         return pickle.loads(path.read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
-        pass
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
+        pass  # absent, torn, or written by a version whose classes lived elsewhere: refit
     fitted = IpsModel().fit(samples)
     try:  # written whole or not at all: concurrent replicas may race here
         path.parent.mkdir(parents=True, exist_ok=True)

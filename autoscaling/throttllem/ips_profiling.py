@@ -18,7 +18,7 @@ import numpy as np
 from core.request import Request
 from core.slo import SLO
 from energy.perf_model import PerfModel
-from engines.batching import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 _ANY_SLO = SLO(ttft_s=3600, tbt_s=60)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
