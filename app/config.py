@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -214,7 +214,7 @@ class AppConfig(BaseModel):
     services: dict[str, ServiceClass] = Field(default_factory=default_service_classes, description="Service classes by name (interactive, batch, ...) with their latency targets.")
     default_service_class: str = Field(default="interactive", description="Service class of a request that names none (a key of `services`).")
     api_keys: list[ApiKey] = Field(default_factory=list, description="Tenant keys. Empty (and no api_keys_file): no auth, the service class comes from the X-Service-Class header.")
-    api_keys_file: str | None = Field(default=None, description="A JSON or YAML file with more keys (app.auth.load_key_file), read once when the app is built; its entries are merged into api_keys / admin_keys and the path cleared.")
+    api_keys_file: str | None = Field(default=None, description="A JSON or YAML file with more keys (app.config.load_key_file), read once when the app is built (AppConfig.resolved); its entries are merged into api_keys / admin_keys and the path cleared, so replicas never need the file.")
     admin_keys: list[AdminKey] = Field(default_factory=list, description="Keys for /admin/*; empty: the admin endpoints answer 403 (disabled).")
     default_max_tokens: int = Field(default=256, gt=0, description="max_tokens of a request that sets none.")
     rate_limit_burst_s: float = Field(default=5.0, gt=0, description="Rate-limit buckets hold this many seconds' worth of a tenant's rate (its burst).")
@@ -237,7 +237,6 @@ class AppConfig(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:
-        self._load_key_file()
         check_keys(self.api_keys, self.admin_keys)
         self._check_engines()
         names = [p.name for p in self.pools]
@@ -267,13 +266,25 @@ class AppConfig(BaseModel):
             raise ValueError(f"pools[].classes: length classes served by no pool: {missing}")
         return self._check_services()
 
-    def _load_key_file(self) -> None:
-        if self.api_keys_file is None:
-            return
-        tenant_keys, admin_keys = load_key_file(self.api_keys_file)
-        self.api_keys = [*self.api_keys, *tenant_keys]
-        self.admin_keys = [*self.admin_keys, *admin_keys]
-        self.api_keys_file = None
+    def resolved(self) -> AppConfig:
+        """The config the app runs, derived here rather than in a validator (validators only
+        check): the api_keys_file's keys merged in and its path cleared (read once, on the node
+        that builds the app, so the keys travel with the config and replicas never need the
+        file), and each Splitwise phase pool's engine given its phase's batcher hooks.
+        Raises ValueError naming the file and entry, or the duplicate key."""
+        keys: dict[str, Any] = {}
+        if self.api_keys_file is not None:
+            tenant_keys, admin_keys = load_key_file(self.api_keys_file)
+            keys = {"api_keys": [*self.api_keys, *tenant_keys], "admin_keys": [*self.admin_keys, *admin_keys],
+                    "api_keys_file": None}
+        pools = [pool.model_copy(update={"engine": self._phase_engine(i, pool)}) for i, pool in enumerate(self.pools)]
+        # validated again: the file's keys meet the same checks as inline ones
+        return self.model_validate({**dict(self), **keys, "pools": pools})
+
+    def _phase_engine(self, i: int, pool: PoolConfig) -> EngineConfig:
+        if pool.phase is None:
+            return pool.engine
+        return phase_engine(pool.engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
 
     def _check_engines(self) -> None:
         """Unknown model or GPU names would otherwise fail in a replica, after start."""
@@ -307,15 +318,14 @@ class AppConfig(BaseModel):
 
     def _check_phases(self) -> AppConfig:
         """Splitwise: every pool has a phase (and no Chiron kind), a prompt and a token pool
-        exist, and each pool's engine gets its phase's machine-level scheduler."""
+        exist, and each pool's engine can run its phase (resolved() gives it the phase's
+        machine-level scheduler)."""
         phases = [p.phase for p in self.pools]
         if None in phases or any(p.kind is not None for p in self.pools):
             raise ValueError("with phases (Splitwise), every pool needs a phase and none a kind")
         if not {"prompt", "token"} <= set(phases):
             raise ValueError(f"a phase split needs a prompt and a token pool; phases: {phases}")
-        for i, pool in enumerate(self.pools):
-            pool.engine = phase_engine(pool.engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
-        check_kv_compatible([p.engine for p in self.pools])
+        check_kv_compatible([self._phase_engine(i, pool) for i, pool in enumerate(self.pools)])
         return self._check_services()
 
     @property

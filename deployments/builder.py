@@ -90,7 +90,7 @@ def _batch_queue(config: AppConfig) -> Application:
 
 def build_app(args: dict[str, Any]) -> Application:
     """`serve run serve_config.yaml` entry point: args are validated as AppConfig."""
-    config = AppConfig.model_validate(args or {})
+    config = AppConfig.model_validate(args or {}).resolved()
     pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config.stream_flush_s).items()}
     if len(pools) != sum(len(p.deployments_by_tp()) for p in config.pools):
         names = [name for p in config.pools for name in p.deployments_by_tp().values()]

@@ -67,7 +67,7 @@ def test_bad_config_is_rejected_naming_the_field_and_the_rule(edit, field: str, 
     args = _shipped_args()
     edit(args)
     with pytest.raises(ValueError) as err:
-        AppConfig.model_validate(args)
+        AppConfig.model_validate(args).resolved()
     assert rule in str(err.value) and field in str(err.value)
     assert "sk-raw-key" not in str(err.value)  # values are not echoed: a pasted key stays out of logs
 

@@ -129,7 +129,7 @@ def test_a_phase_split_config_needs_prompt_and_token_pools_and_sets_their_engine
     from app.config import AppConfig
 
     config = AppConfig.model_validate({"pools": _phase_pools("prompt", "token", "mixed"),
-                                       "splitwise": {"scheduling": {"prompt_batch_tokens": 1024}}})
+                                       "splitwise": {"scheduling": {"prompt_batch_tokens": 1024}}}).resolved()
     engines = {p.phase: p.engine for p in config.pools}
     assert engines["prompt"].max_batched_tokens == 1024 and engines["token"].max_batched_tokens == 8192
     assert {phase: e.splitwise.phase for phase, e in engines.items()} == {"prompt": "prompt", "token": "token",
