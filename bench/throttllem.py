@@ -3,7 +3,7 @@
     wattwise bench throttllem [--start-s 0] [--duration-s 900]
 
 One pool, one engine (TP8 to start); the trace window is rate-scaled so its busiest
-minute is the TP8 engine's profiled max load (seed 003 §V-A). Variants (seed 003
+minute is the TP8 engine's profiled max load (throttLL'eM paper §V-A). Variants (throttLL'eM paper
 §V-D2): static max clock, autoscaling only (max clock), throttling only (admission +
 clock, TP8), and both, with oracle lengths and with 15% / 30% p95 length error.
 Prints the performance model's Table III (vs a linear model) and the decision latency

@@ -3,9 +3,9 @@
 A policy decides replicas, TP and clocks, but the pool layout (one pool for all
 length classes, or pools by input size like the Serve app's default) and the
 peak-sized starting plan are the operator's: this module is that operator. Static
-baselines are sized for the workload's peak with the CapacityModel, as the seeds
+baselines are sized for the workload's peak with the CapacityModel, as the papers
 provision theirs; policies not listed here get the app's default pools and no
-arguments, so the seed policies of later issues plug in by name.
+arguments, so a new policy plugs in by name.
 """
 
 from __future__ import annotations

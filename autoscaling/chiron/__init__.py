@@ -1,1 +1,1 @@
-"""Chiron (seed 002): hierarchical backpressure for interactive, mixed and batch replicas."""
+"""Chiron (Patke et al.): hierarchical backpressure for interactive, mixed and batch replicas."""

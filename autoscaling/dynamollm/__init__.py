@@ -1,1 +1,1 @@
-"""DynamoLLM (seed 000): energy-optimal pools, TP and clocks on three epochs."""
+"""DynamoLLM (Stojkovic et al.): energy-optimal pools, TP and clocks on three epochs."""

@@ -1,4 +1,4 @@
-"""DynamoLLM's controller hierarchy as one ControlPolicy (seed 000, §IV).
+"""DynamoLLM's controller hierarchy as one ControlPolicy (DynamoLLM paper, §IV).
 
 Three epochs, each a pure step on the same EnergyProfile:
 - cluster (default 30 min): forecast each class's peak, size pools at TP8/max clock,

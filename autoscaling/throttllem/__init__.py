@@ -1,2 +1,2 @@
-"""throttLL'eM (seed 003): KV/batch projection, a learned performance model, SLO
+"""throttLL'eM (Kakolyris et al.): KV/batch projection, a learned performance model, SLO
 admission control, minimum-clock throttling and engine-size autoscaling."""

@@ -1,4 +1,4 @@
-"""throttLL'eM's admission control as the batcher's AdmissionPolicy (seed 003 §IV-C2).
+"""throttLL'eM's admission control as the batcher's AdmissionPolicy (throttLL'eM paper §IV-C2).
 
 The head of the queue is inserted virtually into the scoreboard and the projection is
 checked at max clock: KV never exceeds capacity, the mean TBT stays within target and

@@ -1,4 +1,4 @@
-"""throttLL'eM's engine-size autoscaler as a ControlPolicy (seed 003 §IV-D).
+"""throttLL'eM's engine-size autoscaler as a ControlPolicy (throttLL'eM paper §IV-D).
 
 Every `monitor_interval_s` it picks, per deployment, the smallest TP whose profiled
 max load covers the measured requests/s per engine. The runtime shadows the switch

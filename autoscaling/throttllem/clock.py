@@ -1,4 +1,4 @@
-"""throttLL'eM's clock throttling as the batcher's ClockPolicy (seed 003 §IV-E).
+"""throttLL'eM's clock throttling as the batcher's ClockPolicy (throttLL'eM paper §IV-E).
 
 After an admission (and every `clock_refresh_s` as requests finish) a binary search
 finds the lowest supported clock at which the projection still passes the scheduler's

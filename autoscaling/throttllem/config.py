@@ -1,4 +1,4 @@
-"""Settings of throttLL'eM's replica scheduler and engine-size autoscaler (seed 003 §IV)."""
+"""Settings of throttLL'eM's replica scheduler and engine-size autoscaler (throttLL'eM paper §IV)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class ThrottllemConfig(BaseModel):
 
 
 class ThrottllemScalingConfig(BaseModel):
-    """Engine-size autoscaling with shadow instancing (seed 003 §IV-D)."""
+    """Engine-size autoscaling with shadow instancing (throttLL'eM paper §IV-D)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -1,4 +1,4 @@
-"""Profile a replica's iterations/s for throttLL'eM's performance model (seed 003 §IV-C1).
+"""Profile a replica's iterations/s for throttLL'eM's performance model (throttLL'eM paper §IV-C1).
 
 A request generator sweeps batch sizes through one replica's ContinuousBatcher in
 virtual time: for each batch size it spawns that many requests whose lengths fill a

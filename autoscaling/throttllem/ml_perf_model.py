@@ -1,6 +1,6 @@
 """throttLL'eM's performance model M: iterations/s from (TP, batch, KV blocks, clock).
 
-A gradient-boosted tree (seed 003 §IV-C1) trained on profiling samples, constrained
+A gradient-boosted tree (throttLL'eM paper §IV-C1) trained on profiling samples, constrained
 to be monotone in batch, KV (slower) and clock (faster) so the clock binary search
 over it is sound. Scores follow the paper's Table III (R², MAPE, MAE on 90/10 and
 10/90 splits), next to a linear model fitted on the same split.

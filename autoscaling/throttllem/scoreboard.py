@@ -1,4 +1,4 @@
-"""The scoreboard of one replica and its KV / batch projections (seed 003 §IV-B, eqs. 1-2).
+"""The scoreboard of one replica and its KV / batch projections (throttLL'eM paper §IV-B, eqs. 1-2).
 
 Each entry is a scheduled request: the iteration it was scheduled at (s_i), its input
 length |q_i| and its projected output length r_i. Projections assume no arrivals: entry

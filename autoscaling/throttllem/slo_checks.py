@@ -1,4 +1,4 @@
-"""The scheduler's SLO checks on a projection at one clock (seed 003 §IV-C2, eqs. 3-4).
+"""The scheduler's SLO checks on a projection at one clock (throttLL'eM paper §IV-C2, eqs. 3-4).
 
 T' (seconds per projected iteration) comes from the tabulated model M; the mean of T'
 must stay within the TBT target, and each request's finish time, now plus the
