@@ -14,7 +14,7 @@ the machine is shared).
 
 Run with `-s` to see the table:
     flock /tmp/ray.lock env RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
-        .venv/bin/python -m pytest -s tests/test_node_loss.py
+        .venv/bin/python -m pytest -s tests/ray/test_node_loss.py
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import openai
 import pytest
 import yaml
 
-from tests.conftest import INTERACTIVE_KEY, _test_config
+from tests.factories import INTERACTIVE_KEY, quick_config
 from wattwise.local_serve import SERVE_CONFIG, _bin, free_port
 
 pytestmark = pytest.mark.ray
@@ -103,7 +103,7 @@ class LiveCluster:
         config = yaml.safe_load(SERVE_CONFIG.read_text())
         config["proxy_location"] = "HeadOnly"
         config["http_options"] = {"host": "127.0.0.1", "port": self.http_port}
-        _test_config(config)
+        quick_config(config)
         config["tracing_config"]["enabled"] = False
         kwargs = config["applications"][0]["autoscaling_policy"]["policy_kwargs"]
         for key in ("target_requests_per_replica", "downscale_hold_s"):  # the utilisation policy's, not wattwise's

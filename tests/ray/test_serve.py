@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from core.token_counter import count_tokens
-from tests.conftest import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
+from tests.factories import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
 from tests.live_app import metric_sum, wait_for
 from wattwise.local_serve import LocalServe
 

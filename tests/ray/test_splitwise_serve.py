@@ -18,7 +18,7 @@ from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
 MODEL = "llama2-70b-sim"
-CONFIG = Path(__file__).resolve().parent.parent / "serve_config.splitwise.yaml"
+CONFIG = Path(__file__).resolve().parents[2] / "serve_config.splitwise.yaml"
 
 
 def _split_config(config: dict[str, Any]) -> None:

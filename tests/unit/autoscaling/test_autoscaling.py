@@ -1,12 +1,12 @@
 """The utilisation policy (pure) and its Ray Serve adapter, without a cluster."""
 
-from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 
 from deployments.serve_adapter import AppAutoscalingPolicy, view_from_contexts
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
+from tests.factories import autoscaling_context
 
 
 def _view(load_per_replica: int, replicas: int = 1, kv: int = 0) -> ClusterView:
@@ -48,17 +48,8 @@ def test_bounds_are_respected() -> None:
 
 
 def _ctx(name: str, replicas: int, running: list[int], total_requests: float) -> AutoscalingContext:
-    dep = DeploymentID(name=name, app_name="wattwise")
-    ids = [ReplicaID(unique_id=f"{name}-{i}", deployment_id=dep) for i in range(replicas)]
-    metrics = {"running_requests": {rid: float(n) for rid, n in zip(ids, running, strict=True)},
-               "kv_blocks_total": {rid: 100.0 for rid in ids}}
-    return AutoscalingContext(
-        deployment_id=dep, deployment_name=name, app_name="wattwise", current_num_replicas=replicas,
-        target_num_replicas=replicas, running_replicas=ids, total_num_requests=total_requests,
-        total_queued_requests=0.0, aggregated_metrics=metrics, raw_metrics={}, capacity_adjusted_min_replicas=1,
-        capacity_adjusted_max_replicas=5, policy_state={}, last_scale_up_time=None, last_scale_down_time=None,
-        current_time=100.0, config=None,
-    )
+    return autoscaling_context(name, replicas, {"running_requests": running, "kv_blocks_total": 100.0},
+                               total_requests=total_requests)
 
 
 def test_adapter_builds_the_view_from_replica_metrics() -> None:

@@ -1,11 +1,11 @@
 """A deployment the plan empties keeps its replicas until the ingress has read the plan."""
 
-from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 
 from autoscaling.handover import EmptyingHandover
 from deployments.serve_adapter import AppAutoscalingPolicy
 from core.plan import ClusterPlan
+from tests.factories import autoscaling_context
 
 
 def test_emptied_deployments_keep_their_last_target_for_the_handover() -> None:
@@ -32,15 +32,7 @@ def test_shrinking_is_not_held_and_a_pool_planned_back_up_ends_the_handover() ->
 
 
 def _ctx(name: str, target: int, now_s: float) -> AutoscalingContext:
-    dep = DeploymentID(name=name, app_name="wattwise")
-    ids = [ReplicaID(unique_id=f"{name}-{i}", deployment_id=dep) for i in range(target)]
-    return AutoscalingContext(
-        deployment_id=dep, deployment_name=name, app_name="wattwise", current_num_replicas=target,
-        target_num_replicas=target, running_replicas=ids, total_num_requests=float(target),
-        total_queued_requests=0.0, aggregated_metrics={"running_requests": dict.fromkeys(ids, 1.0)},
-        raw_metrics={}, capacity_adjusted_min_replicas=0, capacity_adjusted_max_replicas=4, policy_state={},
-        last_scale_up_time=None, last_scale_down_time=None, current_time=now_s, config=None,
-    )
+    return autoscaling_context(name, target, {"running_requests": 1.0}, min_replicas=0, max_replicas=4, now_s=now_s)
 
 
 def test_the_adapter_empties_a_pool_only_after_the_handover() -> None:

@@ -5,7 +5,6 @@ from dataclasses import dataclass, field
 
 import pytest
 from pydantic import ValidationError
-from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 from app.config import PoolConfig
@@ -14,6 +13,7 @@ from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool, ShadowRollouts
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
+from tests.factories import autoscaling_context
 
 POOL = ShadowPool("pool-a", {2: "pool-a", 4: "pool-a-tp4", 8: "pool-a-tp8"}, min_replicas=1, max_replicas=4)
 
@@ -178,18 +178,10 @@ def test_the_logical_view_hides_shadows_and_the_published_plan_maps_the_pool() -
 
 # ---- the Serve adapter, without a cluster -----------------------------------------------
 def _ctx(name: str, replicas: int, tp: int, now_s: float = 100.0) -> AutoscalingContext:
-    dep = DeploymentID(name=name, app_name="wattwise")
-    ids = [ReplicaID(unique_id=f"{name}-{i}", deployment_id=dep) for i in range(replicas)]
-    metrics = {"running_requests": dict.fromkeys(ids, 2.0), "tensor_parallel": dict.fromkeys(ids, float(tp))}
     config = AutoscalingConfig(min_replicas=0, max_replicas=4, policy={"policy_kwargs": {
         SHADOW_KEY: ShadowPool("pool-a", {2: "pool-a", 4: "pool-a-tp4"}, 1, 4).entry(tp)}})
-    return AutoscalingContext(
-        deployment_id=dep, deployment_name=name, app_name="wattwise", current_num_replicas=replicas,
-        target_num_replicas=replicas, running_replicas=ids, total_num_requests=2.0 * replicas,
-        total_queued_requests=0.0, aggregated_metrics=metrics, raw_metrics={}, capacity_adjusted_min_replicas=0,
-        capacity_adjusted_max_replicas=4, policy_state={}, last_scale_up_time=None, last_scale_down_time=None,
-        current_time=now_s, config=config,
-    )
+    return autoscaling_context(name, replicas, {"running_requests": 2.0, "tensor_parallel": float(tp)},
+                               min_replicas=0, max_replicas=4, now_s=now_s, config=config)
 
 
 def test_adapter_shows_the_policy_one_pool_and_rolls_its_tp_change_out() -> None:
@@ -253,11 +245,12 @@ def test_shadow_pools_get_a_deployment_per_tp_at_zero_replicas() -> None:
 
 
 def test_a_replica_that_cannot_take_the_plans_tp_still_applies_its_clock_and_batch_limit() -> None:
-    from deployments.replica import LLMReplica
+    from deployments.replica import LLMReplica, ReplicaIdentity
     from engines.protocol import TensorParallelChangeUnsupported
 
     class Engine:
         clock_mhz = batch_limit = None
+        gpu_ids: list[int] = []
 
         def stats(self) -> ReplicaStats:
             return ReplicaStats(tensor_parallel=1)
@@ -271,8 +264,7 @@ def test_a_replica_that_cannot_take_the_plans_tp_still_applies_its_clock_and_bat
         def set_batch_limit(self, limit: int) -> None:
             self.batch_limit = limit
 
-    replica = LLMReplica.func_or_class.__new__(LLMReplica.func_or_class)
-    replica.deployment, replica.engine, replica.local, replica._refused_tp = "pool-a", Engine(), None, None
+    replica = LLMReplica("a", Engine(), ReplicaIdentity("app", "pool-a", "r0"))  # type: ignore[arg-type]
     replica.apply_plan(ClusterPlan(tensor_parallel={"pool-a": 2}, clock_mhz={"pool-a": 1300},
                                    batch_limit={"pool-a": 12}))
     assert (replica.engine.clock_mhz, replica.engine.batch_limit, replica._refused_tp) == (1300, 12, 2)

@@ -8,7 +8,7 @@ import pytest
 
 from core import paths
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_setup_ships_what_paths_reads() -> None:

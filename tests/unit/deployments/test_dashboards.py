@@ -20,7 +20,7 @@ import yaml
 
 from deployments.metrics import _ITL_BOUNDS_S, _LATENCY_BOUNDS_S
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 DASHBOARD = ROOT / "dashboards" / "wattwise.json"
 ALERTS = ROOT / "dashboards" / "alerts.yaml"
 CODE_DIRS = ("app", "autoscaling", "core", "deployments", "energy", "engines")

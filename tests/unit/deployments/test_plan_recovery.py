@@ -1,15 +1,13 @@
 """The plan and a resumed response's report survive failures (issue 18 items 1 and 4).
 
-Pure: the controller re-publishes an unchanged plan (a restarted store gets it back, readers
+The controller re-publishes an unchanged plan (a restarted store gets it back, readers
 measure its age); a resume's silence counts against the SLO and the report says it was
-resumed. Ray (one node): the plan store, killed, comes back with its plan and operator
-settings; killed for good, readers recreate it by name with the same state.
+resumed. In Ray, tests/ray/test_plan_store.py kills the plan store itself.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,14 +15,19 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError
 
-from deployments.serve_adapter import AppAutoscalingPolicy, ControllerMetrics
-from core.plan import ClusterPlan
+from deployments.serve_adapter import AppAutoscalingPolicy
 from core.request import Request
 from core.slo import SLO
 from deployments.ingress import _service_report
+from deployments.messages import ReplicaChunk
 from deployments.plan_store import PlanAge
 from deployments.resume import Resumption, ResumableStream
-from tests.test_faults import _ctx
+from engines.protocol import RequestUsage
+from tests.factories import autoscaling_context, by_deployment
+
+
+def _ctx(replicas: int, metrics: dict, now_s: float):
+    return autoscaling_context("pool-a", replicas, metrics, total_requests=0.0, now_s=now_s)
 
 
 class _Call:
@@ -60,9 +63,9 @@ def test_an_unchanged_plan_is_republished_every_few_seconds() -> None:
     store = policy._store = _FakeStore()
     busy = {"running_requests": 2.0, "kv_blocks_total": 100.0}
     for now in (0.0, 1.0, 2.0, 4.9):
-        policy({c.deployment_id: c for c in [_ctx(2, busy, now)]})
+        policy(by_deployment(_ctx(2, busy, now)))
     assert store.publishes() == 1  # unchanged within republish_s: sent once
-    policy({c.deployment_id: c for c in [_ctx(2, busy, 5.1)]})
+    policy(by_deployment(_ctx(2, busy, 5.1)))
     assert store.publishes() == 2  # a store restarted meanwhile has the plan again
     assert policy.plan_version == 1  # the same plan, not a new one
 
@@ -90,8 +93,8 @@ def test_a_store_dead_for_good_is_looked_up_again() -> None:
     policy = AppAutoscalingPolicy(policy="utilisation", republish_s=5.0, target_requests_per_replica=1)
     policy._store = _DeadStore()
     busy = {"running_requests": 2.0, "kv_blocks_total": 100.0}
-    policy({c.deployment_id: c for c in [_ctx(2, busy, 0.0)]})
-    policy({c.deployment_id: c for c in [_ctx(2, busy, 6.0)]})
+    policy(by_deployment(_ctx(2, busy, 0.0)))
+    policy(by_deployment(_ctx(2, busy, 6.0)))
     assert policy._store is None  # the next tick (in Ray) resolves the name again, recreating it
 
 
@@ -100,23 +103,24 @@ def _request(ttft_s: float) -> Request:
 
 
 def test_a_resumed_stream_reports_its_stall_and_misses_a_tight_slo() -> None:
-    async def main(request: Request) -> tuple[dict, ResumableStream]:
-        def start(req: Request, pool: str) -> AsyncIterator[dict]:
-            async def gen() -> AsyncIterator[dict]:
+    async def main(request: Request) -> tuple[ReplicaChunk, ResumableStream]:
+        def start(req: Request, pool: str) -> AsyncIterator[ReplicaChunk]:
+            async def gen() -> AsyncIterator[ReplicaChunk]:
                 if pool == "pool-a":
-                    yield {"text": " a", "num_tokens": 1, "finish_reason": None, "usage": None}
+                    yield ReplicaChunk(" a", 1)
                     raise ActorDiedError()
                 await asyncio.sleep(0.3)  # the failure's silence, as the client sees it
-                yield {"text": " b" * 7, "num_tokens": 7, "finish_reason": "length",
-                       "usage": {"prompt_tokens": 11, "completion_tokens": 7, "energy_j": 1.0, "ttft_s": 0.3,
-                                 "e2e_s": 0.3, "max_tbt_s": 0.0}}
+                yield ReplicaChunk(" b" * 7, 7, "length", RequestUsage(
+                    prompt_tokens=11, completion_tokens=7, energy_j=1.0, ttft_s=0.3, e2e_s=0.3, max_tbt_s=0.0,
+                    preemptions=0))
             return gen()
 
         stream = ResumableStream(start, request, ["pool-a", "pool-b"], max_retries=1)
-        final: dict = {}
+        final = ReplicaChunk("", 0)
         async for chunk in stream:
+            assert isinstance(chunk, ReplicaChunk)
             final = chunk
-            if chunk["finish_reason"]:
+            if chunk.finish_reason:
                 break
         return final, stream
 
@@ -141,38 +145,3 @@ def test_plan_age_logs_once_per_stale_spell(caplog: pytest.LogCaptureFixture) ->
         ages = [age.update(100.0, now) for now in (110.0, 170.0, 171.0, 172.0)]
     assert ages == [10.0, 70.0, 71.0, 72.0]
     assert sum("the plan is" in r.message for r in caplog.records) == 1
-
-
-# ---- ray (one node): the store restarts with its state ---------------------------------
-@pytest.mark.ray
-def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
-    import ray
-
-    from deployments.plan_store import PlanReply, plan_store
-
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
-    try:
-        app = f"recovery-{os.getpid()}"
-        store = plan_store(app)
-        ray.get(store.publish.remote({"replicas": {"pool-a": 2}, "clock_mhz": {"pool-a": 1400}}, {}))
-        ray.get(store.override.remote("clock_mhz", "pool-a", 1100))
-        ray.get(store.override.remote("drained", "pool-b", True))
-        before: PlanReply = ray.get(store.get.remote())
-        ray.kill(store, no_restart=False)  # as if its node died: Ray restarts it
-        after: PlanReply = ray.get(store.get.remote(), timeout=120)
-        assert after == before and after.plan["clock_mhz"] == {"pool-a": 1100}
-        assert after.plan["drained"] == {"pool-b": True}
-        ray.kill(store, no_restart=True)  # gone for good: a reader looks it up again
-        with pytest.raises(ActorDiedError):
-            ray.get(store.get.remote(), timeout=120)
-        again: PlanReply = ray.get(plan_store(app).get.remote(), timeout=120)
-        assert again == before
-        # The controller's gauges export from the first call, counters at 0 (Ray refuses inc(0)).
-        metrics = ControllerMetrics(app)
-        metrics.plan(ClusterPlan(replicas={"pool-a": 2}, tensor_parallel={"pool-a": 4},
-                                 clock_band_mhz={"pool-a": (1100, 1980)}, routing_weights={"SS": {"pool-a": 1.0}}),
-                     version=1, age_s=0.0)
-        metrics.record(None)
-    finally:
-        ray.shutdown()

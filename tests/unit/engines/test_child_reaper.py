@@ -44,7 +44,7 @@ def _wait_gone(pids: list[int], timeout_s: float = 30) -> bool:
 
 def test_engine_processes_die_with_a_killed_replica() -> None:
     replica = subprocess.Popen([sys.executable, "-c", REPLICA], stdout=subprocess.PIPE, text=True,
-                               cwd=os.path.dirname(os.path.dirname(__file__)))
+                               cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))))
     core, worker, watchdog = (int(x) for x in replica.stdout.readline().split())
     try:
         time.sleep(1)

@@ -23,7 +23,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 from ray.autoscaler._private.util import prepare_config, validate_config
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 CLUSTER_FILES = ("cluster.yaml", "cluster.gcp.yaml")
 # Ray's image tags: {Ray version}[-{Python version}][-{Platform}] (docker/ray/README.md in Ray's repo).
 IMAGE_TAG = re.compile(r"^rayproject/ray:(?P<ray>\d+\.\d+\.\d+)-py(?P<py>3\d+)-(?P<platform>gpu|cu\d+)$")

@@ -5,7 +5,7 @@ from pathlib import Path
 from app.config import AppConfig
 from wattwise.config_docs import NO_DESCRIPTION, models, render
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
 
 
 def test_configuration_page_is_current() -> None:

@@ -1,0 +1,16 @@
+"""A local Ray cluster with the app from serve_config.yaml (tests.factories.quick_config), per
+test module that asks for `served` (one at a time: LocalServe.stop stops every Ray on the
+machine)."""
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.factories import quick_config
+from wattwise.local_serve import LocalServe
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[LocalServe]:
+    with LocalServe(edit=quick_config) as local:
+        yield local

@@ -1,0 +1,176 @@
+"""Tenant and admin keys through real HTTP: the openai client against the app started as
+users start it (LocalServe): 401/403, admin endpoints, no key in logs. The pure checks of
+app.auth and the config are tests/unit/app/test_auth.py."""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from app.config import hash_key
+from tests.live_app import wait_for
+from wattwise.local_serve import LocalServe
+
+MODEL = "llama2-70b-sim"
+TENANT_KEY = "sk-tenant-3f9a1c"
+SLO_KEY = "sk-tenant-with-slo-77d2"  # from the keys file, with its own targets
+ADMIN_KEY = "sk-admin-b41e0c"
+WRONG_KEY = "sk-wrong-c0ffee-5150"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
+    keys = tmp_path_factory.mktemp("keys") / "keys.yaml"
+    keys.write_text(yaml.safe_dump({
+        "api_keys": [{"sha256": hash_key(SLO_KEY), "tenant": "slo-co", "ttft_s": 0.9, "tbt_s": 0.15}],
+        "admin_keys": [{"sha256": hash_key(ADMIN_KEY), "name": "ops"}],
+    }))
+
+    def edit(config: dict[str, Any]) -> None:
+        args = config["applications"][0]["args"]
+        args["api_keys"] = [{"sha256": hash_key(TENANT_KEY), "tenant": "acme"}]
+        args["api_keys_file"] = str(keys)
+        args["batch_api"] = {"enabled": False}
+        # Two ingress replicas: operator settings must reach both, whichever one took the call.
+        config["applications"][0].setdefault("deployments", []).append({"name": "Ingress", "num_replicas": 2})
+
+    with LocalServe(edit=edit) as local:
+        yield local
+
+
+def _client(served: LocalServe, key: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served.base_url}/v1", api_key=key, max_retries=0, timeout=60)
+
+
+def _get(served: LocalServe, path: str, key: str | None) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.get(f"{served.base_url}{path}", headers=headers, timeout=30)
+
+
+def _post(served: LocalServe, path: str, body: dict[str, Any], key: str | None = ADMIN_KEY) -> httpx.Response:
+    headers = {"authorization": f"Bearer {key}"} if key else {}
+    return httpx.post(f"{served.base_url}{path}", json=body, headers=headers, timeout=30)
+
+
+@pytest.mark.ray
+def test_tenant_keys_work_and_carry_their_slo(served: LocalServe) -> None:
+    resp = _client(served, TENANT_KEY).completions.create(model=MODEL, prompt="hello", max_tokens=3)
+    assert resp.usage.completion_tokens == 3
+    report = _client(served, SLO_KEY).completions.create(model=MODEL, prompt="hello", max_tokens=3).model_extra
+    assert report["wattwise"]["slo_ttft_s"] == 0.9 and report["wattwise"]["slo_tbt_s"] == 0.15
+
+
+@pytest.mark.ray
+def test_bad_keys_are_401(served: LocalServe) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        _client(served, WRONG_KEY).completions.create(model=MODEL, prompt="hello", max_tokens=2)
+    with pytest.raises(openai.AuthenticationError):
+        _client(served, WRONG_KEY).models.list()
+    resp = _post(served, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}]},
+                 key=None)
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_api_key"
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("path", ["/admin/pools", "/admin/plan", "/admin/profiles"])
+def test_admin_reads_need_the_admin_key(served: LocalServe, path: str) -> None:
+    assert _get(served, path, None).status_code == 401
+    assert _get(served, path, WRONG_KEY).status_code == 401
+    forbidden = _get(served, path, TENANT_KEY)
+    assert forbidden.status_code == 403 and forbidden.json()["error"]["code"] == "admin_key_required"
+    assert _get(served, path, ADMIN_KEY).status_code == 200
+    assert _get(served, path, served.admin_key).status_code == 200
+
+
+@pytest.mark.ray
+def test_readiness_is_open_and_admin_reads_report(served: LocalServe) -> None:
+    ready = _get(served, "/health/ready", None)
+    assert ready.status_code == 200 and ready.json() == {
+        "ready": True, "pools": {"pool-short": True, "pool-medium": True, "pool-long": True}}
+    assert served.pool_replicas() == {"pool-short": 1, "pool-medium": 1, "pool-long": 1}
+    assert _get(served, "/admin/profiles", ADMIN_KEY).json() == {"object": "list", "data": []}  # utilisation
+    assert set(_get(served, "/admin/plan", ADMIN_KEY).json()) == {"version", "plan", "overrides", "rollouts", "drained"}
+
+
+def _metric(served: LocalServe, name: str, pool: str) -> float | None:
+    for line in httpx.get(served.metrics_url, timeout=10).text.splitlines():
+        if line.startswith(name + "{") and f'pool="{pool}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+
+
+@pytest.mark.ray
+def test_admin_clock_reaches_the_pool_through_the_plan(served: LocalServe) -> None:
+    assert _post(served, "/admin/clocks", {"pool": "short", "clock_mhz": 1200}, key=TENANT_KEY).status_code == 403
+    bad = _post(served, "/admin/clocks", {"pool": "short", "clock_mhz": 50})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "clock_mhz"
+    assert _post(served, "/admin/clocks", {"pool": "huge", "clock_mhz": 1200}).status_code == 404
+    resp = _post(served, "/admin/clocks", {"pool": "short", "clock_mhz": 1200})
+    assert resp.status_code == 200 and resp.json()["pool"] == "pool-short"
+    assert _get(served, "/admin/plan", ADMIN_KEY).json()["overrides"] == {"clock_mhz": {"pool-short": 1200}}
+    # The replica applied it (its clock gauge), the other pools kept theirs.
+    wait_for(lambda: _metric(served, "ray_wattwise_gpu_clock_mhz", "short") == 1200, 60, "clock 1200 on short")
+    assert _metric(served, "ray_wattwise_gpu_clock_mhz", "medium") != 1200
+    assert _post(served, "/admin/clocks", {"pool": "short", "clock_mhz": None}).json()["clock_mhz"] is None
+    assert _get(served, "/admin/plan", ADMIN_KEY).json()["overrides"] == {"clock_mhz": {}}
+
+
+@pytest.mark.ray
+def test_admin_tp_pin_needs_the_admin_key_and_one_of_the_pools_options(served: LocalServe) -> None:
+    pin = {"pool": "short", "tensor_parallel": 2}  # its engine's own: it has no tensor_parallel_options
+    assert _post(served, "/admin/tensor_parallel", pin, key=TENANT_KEY).status_code == 403
+    bad = _post(served, "/admin/tensor_parallel", {"pool": "short", "tensor_parallel": 4})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "tensor_parallel"
+    assert _post(served, "/admin/tensor_parallel", {"pool": "short", "tensor_parallel": 0}).status_code == 400
+    # The store keeps the pin; the controller applies it to the plan it publishes (an in-place pool).
+    pinned = _post(served, "/admin/tensor_parallel", pin).json()
+    assert (pinned["pool"], pinned["tensor_parallel"]) == ("pool-short", 2)
+    plan = _get(served, "/admin/plan", ADMIN_KEY).json()
+    assert plan["overrides"]["tensor_parallel"] == {"pool-short": 2}
+    wait_for(lambda: (_get(served, "/admin/plan", ADMIN_KEY).json()["plan"] or {}).get("tensor_parallel", {})
+             .get("pool-short") == 2, 30, "the controller's plan carries the pin")
+    assert _post(served, "/admin/tensor_parallel", {**pin, "tensor_parallel": None}).status_code == 200
+
+
+@pytest.mark.ray
+def test_drained_pool_gets_no_new_requests(served: LocalServe) -> None:
+    client = _client(served, TENANT_KEY)
+
+    def pool() -> str:
+        return client.completions.create(model=MODEL, prompt="hi", max_tokens=2).model_extra["wattwise"]["pool"]
+
+    assert pool() == "pool-short"
+    assert _post(served, "/admin/drain", {"pool": "short"}, key=TENANT_KEY).status_code == 403
+    assert _post(served, "/admin/drain", {"pool": "short"}).json()["all_drained"] == ["pool-short"]
+    time.sleep(2)  # the other ingress replica reads the plan store every second
+    # Every request, whichever ingress replica takes it: the next larger pool takes short requests.
+    assert [pool() for _ in range(12)] == ["pool-medium"] * 12
+    assert _get(served, "/admin/plan", ADMIN_KEY).json()["drained"] == ["pool-short"]
+    assert _post(served, "/admin/drain", {"pool": "pool-short", "drain": False}).json()["all_drained"] == []
+    time.sleep(2)
+    assert [pool() for _ in range(12)] == ["pool-short"] * 12
+
+
+def _log_files() -> list[Path]:
+    return [p for p in Path("/tmp/ray/session_latest/logs").rglob("*") if p.is_file()]
+
+
+@pytest.mark.ray
+def test_keys_never_reach_the_logs(served: LocalServe) -> None:
+    """Last in this module: every key above was sent, good and bad; none may be logged."""
+    _get(served, "/admin/pools", WRONG_KEY)
+    _post(served, "/v1/completions", {"model": MODEL, "prompt": "x"}, key=WRONG_KEY)
+    time.sleep(2)  # log flush
+    texts = [served.log_path.read_text(errors="replace")]
+    texts += [p.read_text(errors="replace") for p in _log_files()]
+    everything = "\n".join(texts)
+    assert "wattwise admin 'ops': drained pool-short" in everything  # the audit line: we read the right logs
+    for secret in (TENANT_KEY, SLO_KEY, ADMIN_KEY, WRONG_KEY, served.admin_key):
+        assert secret not in everything
