@@ -1,21 +1,70 @@
-"""Builds the Serve application named by serve_config.yaml's import_path."""
+"""Builds the Serve application named by serve_config.yaml's import_path.
+
+The ingress and the pool replicas are plain classes that receive their dependencies
+(deployments.ingress.Ingress, deployments.replica.LLMReplica); here they become Serve
+deployments: the subclasses below build those dependencies inside the replica (the
+engine from the pool's config, the replica context, the plan follower) and add Serve's
+hooks, and `serve.deployment` / `serve.ingress` are applied to them.
+"""
 
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
+from fastapi import FastAPI
+from ray import serve
 from ray.serve import Application
+from ray.serve.handle import DeploymentHandle
 
 from app.config import AppConfig, PoolConfig
+from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from deployments.batch_queue import BatchQueue
 from deployments.ingress import Ingress
-from deployments.replica import LLMReplica
+from deployments.plan_store import follow_plan
+from deployments.replica import LLMReplica, ReplicaIdentity
 from deployments.splitwise_coordinator import SplitwiseCoordinator
+from engines.factory import make_engine
 
 TOKEN_ROUTER = "deployments.token_router:TokenBalancedRouter"
 PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
+
+
+class _ServedReplica(LLMReplica):
+    """A pool replica in Serve: its engine built from the pool's config in this process."""
+
+    def __init__(self, pool: str, engine_config: dict[str, Any], stream_flush_s: float = 0.05,
+                 local_autoscaler: dict[str, Any] | None = None) -> None:
+        context = serve.get_replica_context()
+        super().__init__(
+            pool, make_engine(engine_config),
+            ReplicaIdentity(context.app_name, context.deployment, context.replica_id.unique_id),
+            stream_flush_s, LocalAutoscalerConfig(**local_autoscaler) if local_autoscaler else None,
+            follow_plan=partial(follow_plan, context.app_name),
+        )
+
+    async def __del__(self) -> None:
+        await self.shutdown()
+
+
+class _ServedIngress(Ingress):
+    """The ingress in Serve: its app config validated, the plan followed, its routes served."""
+
+    def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
+                 batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
+        app_name = serve.get_replica_context().app_name
+        super().__init__(AppConfig.model_validate(config), pools, app_name, batch_queue, splitwise,
+                         follow_plan=partial(follow_plan, app_name))
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        """Serve calls this in the replica after __init__: this replica's own app."""
+        return self.http_app()
+
+
+ReplicaDeployment = serve.deployment(name="LLMReplica")(_ServedReplica)
+IngressDeployment = serve.deployment(name="Ingress")(serve.ingress()(_ServedIngress))
 
 
 def _pool_deployments(pool: PoolConfig, stream_flush_s: float) -> dict[str, Application]:
@@ -51,7 +100,7 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     # GPUs, or a TP placement group, as the pool's engine needs
     from engines.vllm_placement import replica_resources
 
-    return LLMReplica.options(
+    return ReplicaDeployment.options(
         name=pool.deployment_name if shadow is None else shadow.deployments[tp],
         max_ongoing_requests=pool.max_ongoing_requests,
         max_queued_requests=pool.max_queued_requests,
@@ -98,7 +147,7 @@ def build_app(args: dict[str, Any]) -> Application:
                          "name ends in -tp<N>")
     spread = {} if config.ingress_max_replicas_per_node is None else {
         "max_replicas_per_node": config.ingress_max_replicas_per_node}
-    ingress = Ingress.options(
+    ingress = IngressDeployment.options(
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests,
         num_replicas=config.ingress_replicas, **spread,
     )

@@ -1,7 +1,10 @@
 """The OpenAI-compatible HTTP ingress: validate, classify, route to a pool, stream back.
 
 Everything a client can get wrong is answered here with a 4xx in OpenAI's error
-format before any replica sees the request.
+format before any replica sees the request. `Ingress` is a plain class that receives
+its config, pool handles and plan source; deployments.builder makes it a Serve
+deployment serving `Ingress.http_app()` (the OpenAI routes here, /admin/* and the
+Batch API as routers over the shared IngressState), so tests construct it directly.
 """
 
 
@@ -9,18 +12,17 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
-from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
-from app.auth import Authenticator, Tenant
 from app.classify import Classifier, UnknownServiceClass
 from app.config import AppConfig
 from app.openai_api import (
@@ -33,24 +35,28 @@ from app.openai_api import (
     openapi_body,
     usage_dict,
 )
-from prediction.predictor_config import make_predictor
 from app.prompt_tokenizer import prompt_tokenizer
 from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter
 from app.sampling import sampling_of
-from deployments.admin_routes import AdminRoutes
-from deployments.batch_routes import BatchApiRoutes
-from deployments.http_app import error_response, fastapi_app
-from deployments.metrics import IngressMetrics
+from core.plan import ClusterPlan
+from core.request import Request
+from deployments import admin_routes, batch_routes
+from deployments.http_app import build_http_app
+from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
+from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from deployments.phase_split import PhaseSplit
-from deployments.plan_store import follow_plan
 from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
 from deployments.tracing import tracer
+from prediction.predictor_config import make_predictor
 
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"
-SERVICE_CLASS_HEADER = "x-service-class"
 POOL_FULL = "pool_full"
+
+# Follows the controller's plan forever, calling its argument with each new plan
+# (deployments.plan_store.follow_plan for the ingress's app).
+PlanFollower = Callable[[Callable[[ClusterPlan], None]], Coroutine[Any, Any, None]]
 
 
 def _overloaded() -> APIError:
@@ -63,15 +69,15 @@ def _replica_failed(exc: Exception) -> APIError:
                     code="replica_failed", retry_after_s=1)
 
 
-def _refusal(result: dict[str, Any]) -> APIError | None:
+def _refusal(reply: Reply) -> APIError | None:
     """A replica's answer that it did not serve the request: squashed after waiting past
     its deadline (DynamoLLM), or shed on overload. Both are worth retrying later."""
-    if result.get("squashed"):
-        return APIError(503, f"The request waited {result['waited_s']:.0f} s without starting and was dropped; "
+    if isinstance(reply, Squashed):
+        return APIError(503, f"The request waited {reply.waited_s:.0f} s without starting and was dropped; "
                         "retry.", "overloaded", code="request_squashed", retry_after_s=1)
-    if result.get("rejected"):
-        return APIError(503, f"The replica is overloaded ({result['reason']}); retry later.", "overloaded",
-                        code=POOL_FULL, retry_after_s=result["retry_after_s"])
+    if isinstance(reply, Shed):
+        return APIError(503, f"The replica is overloaded ({reply.reason}); retry later.", "overloaded",
+                        code=POOL_FULL, retry_after_s=reply.retry_after_s)
     return None
 
 
@@ -87,16 +93,16 @@ def _outcome_of(err: APIError) -> str:
     return "error_retryable" if err.retry_after_s is not None else "error_final"
 
 
-def _service_report(request: Any, pool: str, result: dict[str, Any], resumption: Resumption, now_s: float,
+def _service_report(request: Any, pool: str, result: ReplicaChunk, resumption: Resumption, now_s: float,
                     first_token_s: float | None = None) -> dict[str, Any] | None:
     """How the request was served against its SLO, as the client saw it (the `wattwise`
     field of a response): from arrival at the ingress to the client's last token, resumes
     included; a resume's silence longer than the TTFT target misses the SLO."""
-    usage = result.get("usage")
-    if not usage:
+    usage = result.usage
+    if usage is None:
         return None
-    n = usage["completion_tokens"]
-    ttft_s = usage["ttft_s"] if first_token_s is None else first_token_s - request.arrival_s
+    n = usage.completion_tokens
+    ttft_s = usage.ttft_s if first_token_s is None else first_token_s - request.arrival_s
     e2e_s = max(now_s - request.arrival_s, ttft_s)
     mean_tbt_s = (e2e_s - ttft_s) / (n - 1) if n > 1 else 0.0
     return {
@@ -113,108 +119,70 @@ def _service_report(request: Any, pool: str, result: dict[str, Any], resumption:
         "resumed": resumption.resumed,
         "retries": resumption.retries,
         "resume_stall_s": resumption.stall_s,
-        **({"splitwise": result["splitwise"]} if result.get("splitwise") else {}),
+        **({"splitwise": result.splitwise.to_json()} if result.splitwise is not None else {}),
     }
 
 
-def _public_usage(result: dict[str, Any]) -> dict[str, Any] | None:
-    usage = result.get("usage")
-    if not usage:
+def _public_usage(result: ReplicaChunk) -> dict[str, Any] | None:
+    usage = result.usage
+    if usage is None:
         return None
-    return usage_dict(usage["prompt_tokens"], usage["completion_tokens"], usage["energy_j"])
+    return usage_dict(usage.prompt_tokens, usage.completion_tokens, usage.energy_j)
 
 
-@serve.deployment
-@serve.ingress(fastapi_app)
-class Ingress(AdminRoutes, BatchApiRoutes):
-    def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
-                 batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
-        self.config = AppConfig.model_validate(config)
-        # Splitwise: both phases of a request placed by the coordinator (deployments.phase_split).
-        self.phase_split = PhaseSplit(pools, splitwise, self.config.splitwise) if splitwise else None
-        self.prompts = prompt_tokenizer(self.config)
+class Ingress:
+    def __init__(self, config: AppConfig, pools: dict[str, DeploymentHandle], app_name: str,
+                 batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None,
+                 follow_plan: PlanFollower | None = None, state: IngressState | None = None) -> None:
+        self.config = config
+        phase_split = PhaseSplit(pools, splitwise, config.splitwise) if splitwise else None
+        # What the routes share (the admin and Batch API routers depend on it, not on this class).
+        self.state = state if state is not None else IngressState(config, pools, app_name, batch_queue, phase_split)
+        self.phase_split = self.state.phase_split
         self.pools = pools  # every pool's deployments, shadow-TP ones included
-        # Pool -> the deployment serving it while its TP changes by shadow deployments
-        # (from the plan; a pool absent here is served by its own deployment).
-        self.serving: dict[str, str] = {}
-        self.batch_queue = batch_queue
+        self.metrics = self.state.metrics
+        self.prompts = prompt_tokenizer(config)
         self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
-        self.classifier = Classifier(self.config.lengths, self.config.services, self.config.pool_of_class())
-        self.predictor = make_predictor(self.config.predictor, self.config.lengths, self.config.prior_output_tokens)
-        self.auth = Authenticator(self.config.api_keys, self.config.admin_keys, self.config.default_service_class)
-        self.drained: set[str] = set()  # pools taking no new requests (POST /admin/drain, from the plan)
-        self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in self.config.api_keys},
-                                     self.config.rate_limit_burst_s)
-        self.metrics = IngressMetrics()
+        self.classifier = Classifier(config.lengths, config.services, config.pool_of_class())
+        self.predictor = make_predictor(config.predictor, config.lengths, config.prior_output_tokens)
+        self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in config.api_keys},
+                                     config.rate_limit_burst_s)
         self.router = WeightedRouter()
-        self.app_name = serve.get_replica_context().app_name
+        self._follow_plan = follow_plan  # None: no controller (tests apply plans themselves)
         self._follower: asyncio.Task | None = None
+
+    def http_app(self) -> FastAPI:
+        """This replica's FastAPI app: the OpenAI, admin and Batch API routes over its state."""
+        return build_http_app(ROUTERS, ingress=self, ingress_state=self.state)
 
     def _ensure_following_plan(self) -> None:
         """Routing weights (DynamoLLM spill) and serving deployments (shadow TP changes)
         come from the controller's published plan."""
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.get_running_loop().create_task(follow_plan(self.app_name, self._apply_plan))
+        if self._follow_plan is not None and (self._follower is None or self._follower.done()):
+            self._follower = asyncio.get_running_loop().create_task(self._follow_plan(self.apply_plan))
 
-    def _apply_plan(self, plan: Any) -> None:
+    def apply_plan(self, plan: ClusterPlan) -> None:
         self.router.set_weights(plan.routing_weights)
-        self.serving = {pool: dep for pool, dep in plan.serving.items() if dep in self.pools}
-        self.drained = {pool for pool, on in plan.drained.items() if on and pool in self.pools}
-
-    def _deployment(self, pool: str) -> str:
-        """The deployment taking `pool`'s requests now (its own unless a shadow took over)."""
-        return self.serving.get(pool, pool)
-
-    # ---- routes ----------------------------------------------------------------
-    @fastapi_app.get("/health")
-    def health(self) -> dict[str, str]:
-        return {"status": "ok"}
-
-    @fastapi_app.get("/health/ready")
-    def ready(self) -> JSONResponse:
-        """Unauthenticated readiness (load balancers, LocalServe): is every pool deployment
-        healthy? 200 or 503, and nothing more than that per pool."""
-        status = self.pools_status()
-        pools = {p.deployment_name: "HEALTHY" in status.get(self._deployment(p.deployment_name), {}).get("status", "")
-                 for p in self.config.pools}
-        ready = bool(pools) and all(pools.values())
-        return JSONResponse({"ready": ready, "pools": pools}, status_code=200 if ready else 503)
-
-    @fastapi_app.get("/v1/models")
-    def models(self, http: HTTPRequest) -> Any:
-        try:
-            self._authenticate(http)
-        except APIError as err:
-            return error_response(err)
-        return {
-            "object": "list",
-            "data": [{"id": self.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
-        }
-
-    @fastapi_app.post(ROUTE_COMPLETIONS, openapi_extra=openapi_body(CompletionRequest))
-    async def completions(self, http: HTTPRequest) -> Any:
-        return await self._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
-
-    @fastapi_app.post(ROUTE_CHAT, openapi_extra=openapi_body(ChatCompletionRequest))
-    async def chat_completions(self, http: HTTPRequest) -> Any:
-        return await self._serve(http, ROUTE_CHAT, ChatCompletionRequest, lambda b: b.prompt_text(), chat_body)
+        self.state.apply_plan(plan)
 
     # ---- the request path --------------------------------------------------------
     async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
         arrival_s = time.time()
         self._ensure_following_plan()
         try:
-            tenant = self._authenticate(http)
-            body = await self._parse(http, schema)
+            tenant = self.state.authenticate(http)
+            body: Any = await self.state.parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
                                                tenant.slo_override)
                 self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
-                pool = self._undrained(self.router.pick(
-                    request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - self.drained))
+                drained = self.state.drained
+                pool = self.state.undrained(self.router.pick(
+                    request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
-            candidates = [p for p in await self._candidates(request.service_class, pool) if p not in self.drained] or [pool]
+            candidates = [p for p in await self._candidates(request.service_class, pool)
+                          if p not in self.state.drained] or [pool]
             self.metrics.accepted(route)
             try:
                 for i, pool in enumerate(candidates):
@@ -233,7 +201,7 @@ class Ingress(AdminRoutes, BatchApiRoutes):
                 raise
         except APIError as err:
             self.metrics.record(route, err.status)
-            return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
+            raise  # answered by the app's APIError handler (deployments.http_app)
 
     async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str,
                        fallbacks: Sequence[str] = ()) -> Any:
@@ -260,11 +228,11 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         self._learn(request, result)
         self.metrics.record(route, 200)
         self.metrics.outcome(route, "completed")
-        response = render(rid, body.model, result["text"], result["finish_reason"], _public_usage(result), False)
+        response = render(rid, body.model, result.text, result.finish_reason, _public_usage(result), False)
         response["wattwise"] = self._report(request, pool, result, Resumption(retries=len(retried)))
         return response
 
-    def _report(self, request: Any, pool: str, result: dict[str, Any], resumption: Resumption,
+    def _report(self, request: Any, pool: str, result: ReplicaChunk, resumption: Resumption,
                 first_token_s: float | None = None) -> dict[str, Any] | None:
         """The response's `wattwise` block, also counted in the ingress's latency and SLO metrics."""
         report = _service_report(request, pool, result, resumption, time.time(), first_token_s)
@@ -281,13 +249,13 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         if service_class == "batch":
             batch = self.config.pool_of_kind("batch")
             running = await self._running_replicas()
-            return [batch, mixed] if batch and running.get(self._deployment(batch), 0) > 0 else [mixed]
+            return [batch, mixed] if batch and running.get(self.state.deployment(batch), 0) > 0 else [mixed]
         return [self.config.pool_of_kind("interactive"), mixed]
 
     async def _running_replicas(self, max_age_s: float = 2.0) -> dict[str, int]:
         at, counts = self._replica_counts
         if time.monotonic() - at > max_age_s:
-            status = await asyncio.to_thread(self.pools_status)
+            status = await asyncio.to_thread(self.state.pools_status)
             counts = {name: info["replicas"].get("RUNNING", 0) for name, info in status.items()}
             self._replica_counts = (time.monotonic(), counts)
         return counts
@@ -325,44 +293,6 @@ class Ingress(AdminRoutes, BatchApiRoutes):
             raise APIError(429, f"Rate limit reached for tenant {tenant!r}; retry in {wait_s:.1f} s.", "requests",
                            code="rate_limit_exceeded", retry_after_s=wait_s)
 
-    def _authenticate(self, http: HTTPRequest) -> Tenant:
-        return self.auth.tenant(http.headers.get("authorization"), http.headers.get(SERVICE_CLASS_HEADER))
-
-    async def _read_body(self, http: HTTPRequest) -> bytes:
-        """The body, refused with 413 as soon as it is known to pass max_request_bytes: from
-        Content-Length before reading anything, else while it streams in."""
-        limit = self.config.max_request_bytes
-        too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
-        declared = http.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise too_large
-        chunks, size = [], 0
-        async for chunk in http.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
-
-    async def _parse(self, http: HTTPRequest, schema: type, check_model: bool = True) -> Any:
-        raw = await self._read_body(http)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, too deep, huge integers
-            raise APIError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "Request body must be a JSON object.", code="invalid_json")
-        try:
-            body = schema.model_validate(data)
-        except ValidationError as exc:
-            raise invalid_request(exc) from None
-        if check_model and body.model != self.config.model_name:
-            raise APIError(
-                404, f"The model '{body.model}' does not exist. Available: '{self.config.model_name}'.",
-                param="model", code="model_not_found",
-            )
-        return body
-
     def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float,
                   slo_override: dict[str, float] | None = None):
         sampling = sampling_of(body)
@@ -395,7 +325,7 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         request.prompt_text, request.sampling = prompt, sampling
         return request, pool
 
-    async def _call(self, response: Any) -> dict[str, Any]:
+    async def _call(self, response: Awaitable[Reply]) -> ReplicaChunk:
         try:
             result = await response
         except BackPressureError:
@@ -405,21 +335,22 @@ class Ingress(AdminRoutes, BatchApiRoutes):
         refused = _refusal(result)
         if refused is not None:
             raise refused
+        assert isinstance(result, ReplicaChunk)
         return result
 
-    async def _first_chunk(self, gen: Any) -> dict[str, Any]:
+    async def _first_chunk(self, gen: ResumableStream) -> ReplicaChunk:
         """Await the first chunk before answering 200, so overload still gets a 503."""
         return await self._call(gen.__anext__())
 
     def _start_stream(self, request: Any, pool: str) -> Any:
         if self.phase_split is not None:
             return self.phase_split.stream(request)
-        return self.pools[self._deployment(pool)].options(stream=True).generate.remote(request)
+        return self.pools[self.state.deployment(pool)].options(stream=True).generate.remote(request)
 
     def _start_complete(self, request: Any, pool: str) -> Any:
         if self.phase_split is not None:
             return self.phase_split.complete(request)
-        return self.pools[self._deployment(pool)].complete.remote(request)
+        return self.pools[self.state.deployment(pool)].complete.remote(request)
 
     async def _sse(self, gen, first, rid, model, render, request, route, include_usage) -> AsyncIterator[str]:
         """Stream chunks as SSE; a replica failure past the retries ends the stream with an
@@ -431,13 +362,14 @@ class Ingress(AdminRoutes, BatchApiRoutes):
                 refused = _refusal(chunk)
                 if refused is not None:
                     raise refused
-                body = render(rid, model, chunk["text"], chunk["finish_reason"], None, True, first_chunk)
+                assert isinstance(chunk, ReplicaChunk)
+                body = render(rid, model, chunk.text, chunk.finish_reason, None, True, first_chunk)
                 first_chunk = False
-                if chunk["finish_reason"]:
+                if chunk.finish_reason:
                     body["wattwise"] = self._report(request, gen.pool, chunk, gen.resumption(),
                                                     gen.progress.first_token_s)
                 yield f"data: {json.dumps(body)}\n\n"
-                if chunk["finish_reason"]:
+                if chunk.finish_reason:
                     self._learn(request, chunk)
                     if include_usage:
                         final = render(rid, model, "", None, _public_usage(chunk), True)
@@ -456,9 +388,64 @@ class Ingress(AdminRoutes, BatchApiRoutes):
             self.metrics.outcome(route, _outcome_of(err))
             yield f"data: {json.dumps(err.body())}\n\n"
 
-    def _learn(self, request: Any, result: dict[str, Any]) -> None:
-        if result.get("usage"):
+    def _learn(self, request: Request, result: ReplicaChunk) -> None:
+        if result.usage is not None:
             self.predictor.observe(
-                request.prompt_tokens, result["usage"]["completion_tokens"], request.predicted_output_tokens or 0,
+                request.prompt_tokens, result.usage.completion_tokens, request.predicted_output_tokens or 0,
                 request.request_id,
             )
+
+
+# ---- the OpenAI routes ---------------------------------------------------------------------
+async def serving_ingress(http: HTTPRequest) -> Ingress:
+    """The Ingress of the replica serving this request (a FastAPI dependency; async, so
+    FastAPI calls it inline rather than in its thread pool)."""
+    return http.app.state.ingress
+
+
+router = APIRouter()
+Serving = Annotated[Ingress, Depends(serving_ingress)]
+
+
+@router.get("/health")
+def health() -> dict[str, str]:
+    return {"status": "ok"}
+
+
+@router.get("/health/ready")
+def ready(ingress: Serving) -> JSONResponse:
+    """Unauthenticated readiness (load balancers, LocalServe): is every pool deployment
+    healthy? 200 or 503, and nothing more than that per pool."""
+    state = ingress.state
+    status = state.pools_status()
+    pools = {p.deployment_name: "HEALTHY" in status.get(state.deployment(p.deployment_name), {}).get("status", "")
+             for p in ingress.config.pools}
+    ready = bool(pools) and all(pools.values())
+    return JSONResponse({"ready": ready, "pools": pools}, status_code=200 if ready else 503)
+
+
+@router.get("/v1/models")
+def models(http: HTTPRequest, ingress: Serving) -> Any:
+    ingress.state.authenticate(http)
+    return {
+        "object": "list",
+        "data": [{"id": ingress.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
+    }
+
+
+@router.post(ROUTE_COMPLETIONS, openapi_extra=openapi_body(CompletionRequest))
+async def completions(http: HTTPRequest, ingress: Serving) -> Any:
+    return await ingress._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
+
+
+@router.post(ROUTE_CHAT, openapi_extra=openapi_body(ChatCompletionRequest))
+async def chat_completions(http: HTTPRequest, ingress: Serving) -> Any:
+    return await ingress._serve(http, ROUTE_CHAT, ChatCompletionRequest, lambda b: b.prompt_text(), chat_body)
+
+
+ROUTERS = (router, admin_routes.router, batch_routes.router)
+
+
+def openapi_spec() -> dict[str, Any]:
+    """The app's OpenAPI document, without an ingress behind it."""
+    return build_http_app(ROUTERS).openapi()

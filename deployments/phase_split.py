@@ -12,22 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from ray.serve.handle import DeploymentHandle
 
 from app.splitwise_config import SplitwiseServeConfig
 from core.request import Request
+from deployments.messages import Prefilled, ReplicaChunk, Reply, Shed, SplitwiseReport
 from deployments.phase_router import ASSIGNED_REPLICA_KEY
-from deployments.resume import is_refusal
 
 PROMPT, TOKEN = "prompt", "token"
 
 
-def _no_replica() -> dict[str, Any]:
-    return {"rejected": True, "reason": "no replica of a phase pool is ready", "retry_after_s": 1.0, "text": "",
-            "num_tokens": 0, "finish_reason": None, "usage": None}
+def _no_replica() -> Shed:
+    return Shed("no replica of a phase pool is ready", 1.0)
 
 
 def _to(request: Request, placement: dict[str, Any]) -> Request:
@@ -37,18 +36,18 @@ def _to(request: Request, placement: dict[str, Any]) -> Request:
 class PhaseStream:
     """The chunks of one phase-split request, with the `cancel()` of a Serve response."""
 
-    def __init__(self, chunks: AsyncIterator[dict[str, Any]]) -> None:
+    def __init__(self, chunks: AsyncGenerator[Reply, None]) -> None:
         self._chunks = chunks
 
     def __aiter__(self) -> PhaseStream:
         return self
 
-    async def __anext__(self) -> dict[str, Any]:
+    async def __anext__(self) -> Reply:
         return await self._chunks.__anext__()
 
     def cancel(self) -> None:
         """The client left: close the phases (releases reservations, cancels the decode)."""
-        if not self._chunks.ag_running:
+        if not getattr(self._chunks, "ag_running", False):
             asyncio.get_running_loop().create_task(self._chunks.aclose())
 
 
@@ -63,20 +62,20 @@ class PhaseSplit:
     def stream(self, request: Request) -> PhaseStream:
         return PhaseStream(self._phases(request))
 
-    async def complete(self, request: Request) -> dict[str, Any]:
-        """The whole answer as one dict, like LLMReplica.complete."""
+    async def complete(self, request: Request) -> Reply:
+        """The whole answer as one reply, like LLMReplica.complete."""
         text: list[str] = []
         tokens = 0
         async for chunk in self._phases(request):
-            if is_refusal(chunk):
+            if not isinstance(chunk, ReplicaChunk):
                 return chunk
-            text.append(chunk["text"])
-            tokens += chunk["num_tokens"]
-            if chunk["finish_reason"] is not None:
-                return {**chunk, "text": "".join(text), "num_tokens": tokens}
+            text.append(chunk.text)
+            tokens += chunk.num_tokens
+            if chunk.finish_reason is not None:
+                return dataclasses.replace(chunk, text="".join(text), num_tokens=tokens)
         raise RuntimeError(f"request {request.request_id} ended without a final chunk")
 
-    async def _phases(self, request: Request) -> AsyncIterator[dict[str, Any]]:
+    async def _phases(self, request: Request) -> AsyncGenerator[Reply, None]:
         out_tokens = request.predicted_output_tokens or request.max_tokens
         pair = await self.coordinator.assign.remote(request.prompt_tokens, out_tokens)
         if pair is None:
@@ -84,21 +83,22 @@ class PhaseSplit:
             return
         prompt, token = pair[PROMPT], pair[TOKEN]
         open_phases = {PROMPT: prompt, TOKEN: token}
-        report = {"prompt_replica": prompt["replica"], "prompt_role": prompt["role"],
-                  "token_replica": token["replica"], "token_role": token["role"]}
         decode = None
         try:
-            pre = await self.pools[prompt["deployment"]].prefill.remote(
+            pre: Prefilled = await self.pools[prompt["deployment"]].prefill.remote(
                 _to(request, prompt), self._settings, token["replica"])
             self._finish(open_phases, PROMPT)
-            report["prompt_replica"] = pre.get("replica", prompt["replica"])
-            first, kv = pre["chunk"], pre["kv"]
+            first, kv = pre.first, pre.kv
+            report = SplitwiseReport(prompt_replica=pre.replica, prompt_role=prompt["role"],
+                                     token_replica=token["replica"], token_role=token["role"],
+                                     kv_bytes=kv.nbytes if kv is not None else 0)
             del pre
-            report["kv_bytes"] = kv.nbytes if kv is not None else 0
             if first is not None:
-                if first["finish_reason"] is not None or is_refusal(first):
-                    first["splitwise"] = report
-                    yield first  # a one-token answer (or a refusal): no token phase
+                if not isinstance(first, ReplicaChunk):
+                    yield first  # a refusal: no token phase
+                    return
+                if first.finish_reason is not None:
+                    yield dataclasses.replace(first, splitwise=report)  # a one-token answer: no token phase
                     return
                 yield first
             decode = self.pools[token["deployment"]].options(stream=True).decode.remote(
@@ -109,13 +109,13 @@ class PhaseSplit:
                 if not landed:
                     self.coordinator.landed.remote(token["ticket"])
                     landed = True
-                if chunk["finish_reason"] is not None:
-                    report.update(token_replica=chunk.get("replica", token["replica"]), kv=chunk.get("kv"))
-                    self._finish(open_phases, TOKEN, chunk.get("kv"))
-                    chunk["splitwise"] = report
-                yield chunk
-                if chunk["finish_reason"] is not None:
+                if isinstance(chunk, ReplicaChunk) and chunk.finish_reason is not None:
+                    self._finish(open_phases, TOKEN, chunk.kv)
+                    chunk = dataclasses.replace(chunk, splitwise=dataclasses.replace(
+                        report, token_replica=chunk.replica or token["replica"], kv=chunk.kv))
+                    yield chunk
                     return
+                yield chunk
         finally:
             if decode is not None and TOKEN in open_phases:
                 decode.cancel()

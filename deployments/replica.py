@@ -1,7 +1,10 @@
-"""A replica deployment: one engine, its admission queue, stats and metrics.
+"""A pool replica: one engine, its admission queue, stats and metrics.
 
 Every pool (DynamoLLM class pool, later Splitwise prompt/token and Chiron kinds) is
-this class deployed under its own name with its own autoscaling config.
+this class deployed under its own name with its own autoscaling config. It is a plain
+class that receives its engine and identity; deployments.builder makes it a Serve
+deployment (building the engine from the pool's config in the replica), so tests
+construct it directly. What it sends back is typed (deployments.messages).
 """
 
 from __future__ import annotations
@@ -9,41 +12,54 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
-from ray import serve
 
 from app.splitwise_config import SplitwiseServeConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
+from batching.continuous_batcher import RequestShed
 from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
+from deployments.messages import Prefilled, Refusal, ReplicaChunk, Reply, Shed, Squashed
 from deployments.metrics import ReplicaMetrics
-from deployments.plan_store import follow_plan
 from deployments.tracing import tracer
-from batching.continuous_batcher import RequestShed
-from engines.factory import make_engine
-from engines.protocol import GenerationChunk, RequestSquashed, TensorParallelChangeUnsupported
+from engines.protocol import Engine, GenerationChunk, RequestSquashed, TensorParallelChangeUnsupported
 
 logger = logging.getLogger("ray.serve")
 
+# Follows the controller's plan forever, calling its argument with each new plan
+# (deployments.plan_store.follow_plan for this replica's app).
+PlanFollower = Callable[[Callable[[ClusterPlan], None]], Coroutine[Any, Any, None]]
 
-@serve.deployment
+
+@dataclass(frozen=True)
+class ReplicaIdentity:
+    """Where a replica runs in Serve: its app, deployment and replica id."""
+
+    app_name: str
+    deployment: str
+    replica_id: str
+
+
 class LLMReplica:
-    def __init__(self, pool: str, engine_config: dict[str, Any], stream_flush_s: float = 0.05,
-                 local_autoscaler: dict[str, Any] | None = None) -> None:
+    def __init__(self, pool: str, engine: Engine, identity: ReplicaIdentity, stream_flush_s: float = 0.05,
+                 local_autoscaler: LocalAutoscalerConfig | None = None, follow_plan: PlanFollower | None = None,
+                 metrics: ReplicaMetrics | None = None) -> None:
         self.pool = pool
-        self.engine = make_engine(engine_config)
+        self.engine = engine
+        self.identity = identity
+        self.deployment = identity.deployment
         self.stream_flush_s = stream_flush_s
-        self.metrics = ReplicaMetrics(pool)
-        context = serve.get_replica_context()
-        self.app_name, self.deployment = context.app_name, context.deployment
+        self.metrics = metrics if metrics is not None else ReplicaMetrics(pool)
         self.gpu_ids = self.engine.gpu_ids  # with TP > 1 its workers', not this actor's
+        self._follow_plan = follow_plan  # None: no controller (tests apply plans themselves)
         self._follower: asyncio.Task | None = None
-        self.local = LocalBatchAutoscaler(LocalAutoscalerConfig(**local_autoscaler)) if local_autoscaler else None
+        self.local = LocalBatchAutoscaler(local_autoscaler) if local_autoscaler else None
         if self.local is not None:
             self.engine.set_batch_limit(self.local.limit)
         self._local_task: asyncio.Task | None = None
@@ -53,8 +69,8 @@ class LLMReplica:
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
 
     def _ensure_following_plan(self) -> None:
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.get_running_loop().create_task(follow_plan(self.app_name, self.apply_plan))
+        if self._follow_plan is not None and (self._follower is None or self._follower.done()):
+            self._follower = asyncio.get_running_loop().create_task(self._follow_plan(self.apply_plan))
         if self.local is not None and (self._local_task is None or self._local_task.done()):
             self._local_task = asyncio.get_running_loop().create_task(self._local_autoscale())
         if self.gpu_ids and (self._clock_task is None or self._clock_task.done()):
@@ -86,7 +102,7 @@ class LLMReplica:
         while True:
             await asyncio.sleep(period_s)
             slo = self.engine.min_tbt_slo_s()
-            if slo is None:
+            if slo is None or self.local is None:
                 continue
             s = self.engine.stats()
             self.engine.set_batch_limit(
@@ -119,41 +135,37 @@ class LLMReplica:
         """Serve calls this every few seconds: it also keeps the plan follower alive."""
         self._ensure_following_plan()
 
-    async def generate(self, request: Request) -> AsyncIterator[dict[str, Any]]:
-        """Stream dicts of {text, num_tokens, finish_reason, usage}; the first token is
-        sent at once, later ones batched every `stream_flush_s` (each yield is a Ray object)."""
+    async def generate(self, request: Request) -> AsyncIterator[Reply]:
+        """Stream ReplicaChunks (or one Refusal); the first token is sent at once, later
+        ones batched every `stream_flush_s` (each yield is a Ray object)."""
         async for item in self._flushed(request, self.engine.generate(request)):
             yield item
 
-    async def prefill(self, request: Request, settings: dict[str, Any], token_replica: str) -> dict[str, Any]:
-        """Splitwise prompt phase (deployments.kv_handoff): {chunk: the first token (None
-        with vLLM), kv: the KvHandle for `token_replica`, replica: this one}, or a refusal."""
+    async def prefill(self, request: Request, settings: dict[str, Any], token_replica: str) -> Prefilled:
+        """Splitwise prompt phase (deployments.kv_handoff): the first token (None with vLLM)
+        and the KvHandle for `token_replica`, or a refusal."""
         self._ensure_following_plan()
-        replica = serve.get_replica_context().replica_id.unique_id
+        replica = self.identity.replica_id
         try:
             first, kv = await run_prompt(self.engine, request, SplitwiseServeConfig(**settings), replica,
                                          token_replica == replica)
-        except RequestSquashed as exc:
-            return {"chunk": _squashed(exc), "kv": None, "replica": replica}
-        except RequestShed as exc:
-            return {"chunk": _shed(exc), "kv": None, "replica": replica}
+        except (RequestSquashed, RequestShed) as exc:
+            return Prefilled(_refusal(exc), None, replica)
         if first is not None and first.finish_reason is not None:
             self._record(request, first)
-        chunk = None if first is None else _chunk_dict(first.text, first.num_tokens, first)
-        return {"chunk": chunk, "kv": kv, "replica": replica}
+        return Prefilled(None if first is None else ReplicaChunk.of(first), kv, replica)
 
-    async def decode(self, request: Request, kv: KvHandle, timeout_s: float) -> AsyncIterator[dict[str, Any]]:
+    async def decode(self, request: Request, kv: KvHandle, timeout_s: float) -> AsyncIterator[Reply]:
         """Splitwise token phase: stream the rest of the request from the prompt replica's
         KV (recomputing the prompt if it does not arrive); the last chunk says how it came."""
         outcome: list[str] = []
-        replica = serve.get_replica_context().replica_id.unique_id
+        replica = self.identity.replica_id
         async for item in self._flushed(request, run_tokens(self.engine, request, kv, replica, timeout_s, outcome)):
-            if item.get("finish_reason") is not None:
-                item["kv"] = outcome[0] if outcome else None
-                item["replica"] = replica
+            if isinstance(item, ReplicaChunk) and item.finish_reason is not None:
+                item = replace(item, kv=outcome[0] if outcome else None, replica=replica)
             yield item
 
-    async def _flushed(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[dict[str, Any]]:
+    async def _flushed(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
         self._ensure_following_plan()
         with tracer.start_as_current_span("wattwise.replica.generate") as span:
             span.set_attribute("wattwise.pool", self.pool)
@@ -169,17 +181,17 @@ class LLMReplica:
                     if chunk.finish_reason is not None:
                         self._record(request, chunk)
                         span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
-                        yield _chunk_dict("".join(text), tokens, chunk)
+                        yield ReplicaChunk.of(chunk, "".join(text), tokens)
                         return
                     if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
-                        yield {"text": "".join(text), "num_tokens": tokens, "finish_reason": None, "usage": None}
+                        yield ReplicaChunk("".join(text), tokens)
                         text.clear()
                         tokens = 0
                         last_flush = now
             except (RequestSquashed, RequestShed) as exc:
                 yield self._refused(exc)
 
-    async def complete(self, request: Request) -> dict[str, Any]:
+    async def complete(self, request: Request) -> Reply:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
         self._ensure_following_plan()
         text: list[str] = []
@@ -188,18 +200,16 @@ class LLMReplica:
                 text.append(chunk.text)
                 if chunk.finish_reason is not None:
                     self._record(request, chunk)
-                    return _chunk_dict("".join(text), chunk.usage.completion_tokens if chunk.usage else 0, chunk)
+                    return ReplicaChunk.of(chunk, "".join(text), chunk.usage.completion_tokens if chunk.usage else 0)
         except (RequestSquashed, RequestShed) as exc:
             return self._refused(exc)
         raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
 
-    def _refused(self, exc: RequestSquashed | RequestShed) -> dict[str, Any]:
+    def _refused(self, exc: RequestSquashed | RequestShed) -> Refusal:
         """The reply for a request the engine refused (squashed after waiting, or shed)."""
-        if isinstance(exc, RequestSquashed):
-            self.metrics.record_refusal("squashed")
-            return _squashed(exc)
-        self.metrics.record_refusal("shed")
-        return _shed(exc)
+        refusal = _refusal(exc)
+        self.metrics.record_refusal("squashed" if isinstance(refusal, Squashed) else "shed")
+        return refusal
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:
         if chunk.usage is not None:
@@ -215,34 +225,12 @@ class LLMReplica:
         stats = self.engine.stats()
         return {"pending_tokens": float(stats.pending_prompt_tokens + stats.pending_decode_tokens)}
 
-    async def __del__(self) -> None:
+    async def shutdown(self) -> None:
+        """Stop the engine (Serve calls this as the replica stops: deployments.builder)."""
         await self.engine.shutdown()
 
 
-def _squashed(exc: RequestSquashed) -> dict[str, Any]:
-    return {"squashed": True, "waited_s": exc.waited_s, "text": "", "num_tokens": 0, "finish_reason": None,
-            "usage": None}
-
-
-def _shed(exc: RequestShed) -> dict[str, Any]:
-    """Overload at arrival (queue cap or wait past the TTFT target): answered, not raised,
-    so the ingress can tell it from a replica failure and reply 503 + Retry-After."""
-    return {"rejected": True, "reason": exc.reason, "retry_after_s": exc.retry_after_s, "text": "",
-            "num_tokens": 0, "finish_reason": None, "usage": None}
-
-
-def _chunk_dict(text: str, num_tokens: int, chunk: GenerationChunk) -> dict[str, Any]:
-    usage = chunk.usage
-    return {
-        "text": text,
-        "num_tokens": num_tokens,
-        "finish_reason": chunk.finish_reason,
-        "usage": None if usage is None else {
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-            "energy_j": usage.energy_j,
-            "ttft_s": usage.ttft_s,
-            "e2e_s": usage.e2e_s,
-            "max_tbt_s": usage.max_tbt_s,
-        },
-    }
+def _refusal(exc: RequestSquashed | RequestShed) -> Refusal:
+    if isinstance(exc, RequestSquashed):
+        return Squashed(exc.waited_s)
+    return Shed(exc.reason, exc.retry_after_s)

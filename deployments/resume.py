@@ -19,6 +19,7 @@ from typing import Any
 from ray.exceptions import RayError, TaskCancelledError
 
 from core.request import Request
+from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from engines.sim_engine import RESUME_OFFSET_KEY
 
 
@@ -32,9 +33,9 @@ def is_retryable(exc: BaseException) -> bool:
     return isinstance(exc, StreamBroken) or (isinstance(exc, RayError) and not isinstance(exc, TaskCancelledError))
 
 
-def is_refusal(chunk: dict[str, Any]) -> bool:
+def is_refusal(reply: Reply) -> bool:
     """A replica answered without serving: squashed after waiting, or shed on overload."""
-    return bool(chunk.get("squashed") or chunk.get("rejected"))
+    return isinstance(reply, (Squashed, Shed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +63,13 @@ class Progress:
     first_token_s: float | None = None
     last_token_s: float | None = None
 
-    def add(self, chunk: dict[str, Any], now_s: float) -> None:
-        if chunk["num_tokens"] and self.first_token_s is None:
+    def add(self, chunk: ReplicaChunk, now_s: float) -> None:
+        if chunk.num_tokens and self.first_token_s is None:
             self.first_token_s = now_s
-        if chunk["num_tokens"]:
+        if chunk.num_tokens:
             self.last_token_s = now_s
-        self.text.append(chunk["text"])
-        self.tokens += chunk["num_tokens"]
+        self.text.append(chunk.text)
+        self.tokens += chunk.num_tokens
 
 
 def continuation(request: Request, progress: Progress, now_s: float) -> Request | None:
@@ -94,19 +95,18 @@ def continuation(request: Request, progress: Progress, now_s: float) -> Request 
     )
 
 
-def merged_final(request: Request, progress: Progress, final: dict[str, Any] | None, now_s: float) -> dict[str, Any]:
+def merged_final(request: Request, progress: Progress, final: ReplicaChunk | None, now_s: float) -> ReplicaChunk:
     """The final chunk as if one replica had served it all: usage counts every token the
     client received and times run from the original arrival. Energy spent on the failed
     replica is unknown and not included."""
     if final is None:  # everything was sent before the failure; only the ending was lost
-        final = {"text": "", "num_tokens": 0, "finish_reason": "length", "usage": None}
-    usage = final.get("usage")
-    if usage is not None:
-        first = progress.first_token_s if progress.first_token_s is not None else now_s
-        usage = {**usage, "prompt_tokens": request.prompt_tokens,
-                 "completion_tokens": progress.tokens + final["num_tokens"],
-                 "ttft_s": first - request.arrival_s, "e2e_s": now_s - request.arrival_s}
-    return {**final, "usage": usage}
+        return ReplicaChunk("", 0, "length")
+    if final.usage is None:
+        return final
+    first = progress.first_token_s if progress.first_token_s is not None else now_s
+    return dataclasses.replace(final, usage=dataclasses.replace(
+        final.usage, prompt_tokens=request.prompt_tokens, completion_tokens=progress.tokens + final.num_tokens,
+        ttft_s=first - request.arrival_s, e2e_s=now_s - request.arrival_s))
 
 
 class ResumableStream:
@@ -132,7 +132,7 @@ class ResumableStream:
     def __aiter__(self) -> ResumableStream:
         return self
 
-    async def __anext__(self) -> dict[str, Any]:
+    async def __anext__(self) -> Reply:
         while True:
             try:
                 chunk = await self._gen.__anext__()
@@ -151,18 +151,19 @@ class ResumableStream:
             if resumed is not None:
                 return resumed
 
-    def _account(self, chunk: dict[str, Any]) -> dict[str, Any]:
+    def _account(self, chunk: Reply) -> Reply:
+        if not isinstance(chunk, ReplicaChunk):  # a refusal: nothing reached the client
+            return chunk
         now = time.time()
-        if chunk.get("finish_reason") and self.retries and self.progress.tokens:
+        if chunk.finish_reason and self.retries and self.progress.tokens:
             chunk = merged_final(self.request, self.progress, chunk, now)
-        if not is_refusal(chunk):
-            if self._broken_at_s is not None and chunk["num_tokens"]:
-                self._stall_s = max(self._stall_s, now - self._broken_at_s)
-                self._broken_at_s = None
-            self.progress.add(chunk, now)
+        if self._broken_at_s is not None and chunk.num_tokens:
+            self._stall_s = max(self._stall_s, now - self._broken_at_s)
+            self._broken_at_s = None
+        self.progress.add(chunk, now)
         return chunk
 
-    def _resume(self) -> dict[str, Any] | None:
+    def _resume(self) -> ReplicaChunk | None:
         """Issue the continuation; if nothing is left, the final chunk to send instead."""
         self.cancel()
         self.retries += 1
@@ -183,8 +184,8 @@ class ResumableStream:
             cancel()
 
 
-async def call_with_retries(call: Callable[[str], Awaitable[dict[str, Any]]], pools: list[str], max_retries: int,
-                            on_retry: Callable[[str], None] = lambda pool: None) -> dict[str, Any]:
+async def call_with_retries(call: Callable[[str], Awaitable[Reply]], pools: list[str], max_retries: int,
+                            on_retry: Callable[[str], None] = lambda pool: None) -> Reply:
     """A non-streaming call, retried from scratch on a replica failure (nothing was sent yet)."""
     for attempt in range(max_retries + 1):
         try:

@@ -32,6 +32,8 @@ from dataclasses import replace
 from typing import Any
 
 import ray
+from ray.serve._private.common import DeploymentID, ReplicaID
+from ray.serve.config import AutoscalingContext
 from ray.util import metrics as ray_metrics
 
 from autoscaling.handover import EmptyingHandover
@@ -49,12 +51,18 @@ from deployments.plan_store import STORE_GONE, plan_store, plan_to_dict
 
 logger = logging.getLogger("ray.serve")
 
+# What Serve passes an application-level policy every tick, and what it returns: targets
+# and policy state per deployment. Serve 2.60 exports AutoscalingContext publicly
+# (ray.serve.config); DeploymentID and ReplicaID only from ray.serve._private.common,
+# where its own policies (ray.serve.autoscaling_policy) import them from too.
+Contexts = dict[DeploymentID, AutoscalingContext]
 
-def view_from_contexts(ctxs: dict[Any, Any]) -> ClusterView:
+
+def view_from_contexts(ctxs: Contexts) -> ClusterView:
     deployments = {}
     for dep_id, ctx in ctxs.items():
         metrics = ctx.aggregated_metrics or {}
-        by_replica: dict[Any, dict[str, float]] = {}
+        by_replica: dict[ReplicaID, dict[str, float]] = {}
         for metric, values in metrics.items():
             for replica_id, value in values.items():
                 by_replica.setdefault(replica_id, {})[metric] = value
@@ -84,7 +92,7 @@ class StaleStats(RuntimeError):
     """No replica has reported stats for too long: deciding on them would be guessing."""
 
 
-def shadow_entries(ctxs: dict[Any, Any]) -> dict[str, dict[str, Any]]:
+def shadow_entries(ctxs: Contexts) -> dict[str, dict[str, Any]]:
     """{deployment: its place in a shadow pool} from each deployment's autoscaling config."""
     entries = {}
     for dep_id, ctx in ctxs.items():
@@ -219,7 +227,7 @@ class AppAutoscalingPolicy:
         self._store: Any = None
         self._last_publish: Future | None = None
 
-    def _check_fresh(self, ctxs: dict[Any, Any], now: float) -> None:
+    def _check_fresh(self, ctxs: Contexts, now: float) -> None:
         """Raise StaleStats when deployments run replicas but none reported any stats
         within the look-back window for `stale_after_s` (the metrics path is broken)."""
         running = [ctx for ctx in ctxs.values() if ctx.current_num_replicas > 0]
@@ -276,14 +284,14 @@ class AppAutoscalingPolicy:
         self._last_publish = None
         return True
 
-    def _shadow_rollouts(self, ctxs: dict[Any, Any]) -> ShadowRollouts:
+    def _shadow_rollouts(self, ctxs: Contexts) -> ShadowRollouts:
         """The rollout state machine for the app's shadow pools (new if they changed: a redeploy)."""
         pools = pools_from_entries(shadow_entries(ctxs))
         if list(self.rollouts.pools.values()) != pools:
             self.rollouts = ShadowRollouts(pools, self.shadow_timeout_s)
         return self.rollouts
 
-    def _decide(self, ctxs: dict[Any, Any], now: float, app_name: str | None) -> dict[Any, int]:
+    def _decide(self, ctxs: Contexts, now: float, app_name: str | None) -> dict[DeploymentID, int]:
         """The policy's plan on the logical view, with the operators' TP pins on top, turned
         into replica targets per deployment (shadow rollouts) and published."""
         rollouts = self._shadow_rollouts(ctxs)
@@ -308,7 +316,7 @@ class AppAutoscalingPolicy:
                                      previous, now)
         return {dep_id: targets[dep_id.name] for dep_id in ctxs}
 
-    def __call__(self, ctxs: dict[Any, Any]) -> tuple[dict[Any, int], dict[Any, dict]]:
+    def __call__(self, ctxs: Contexts) -> tuple[dict[DeploymentID, int], dict[DeploymentID, dict[str, Any]]]:
         now = max((ctx.current_time or 0.0) for ctx in ctxs.values()) if ctxs else 0.0
         app_name = next(iter(ctxs.values())).app_name if ctxs else None
         try:

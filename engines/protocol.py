@@ -47,10 +47,28 @@ class GenerationChunk:
     usage: RequestUsage | None = None
 
 
+class EngineSettings(Protocol):
+    """What a replica reads of its engine's config (SimEngineConfig, VllmEngineConfig)."""
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def hardware(self) -> str:
+        """The GPU model (energy.hardware.GPUS key), for the node's GPU-control actor."""
+        ...
+
+    @property
+    def tensor_parallel(self) -> int: ...
+
+
 class Engine(Protocol):
     # Real GPUs the engine runs on (NVML indices on its node), whose clocks the replica
     # sets through the node's GPU-control actor; none for the simulated engine.
     gpu_ids: list[int]
+
+    @property
+    def config(self) -> EngineSettings: ...
 
     def count_tokens(self, text: str) -> int: ...
 
@@ -61,6 +79,11 @@ class Engine(Protocol):
     def stats(self) -> ReplicaStats: ...
 
     def set_batch_limit(self, limit: int) -> None: ...
+
+    def min_tbt_slo_s(self) -> float | None:
+        """The tightest TBT target among the requests the engine holds (None: none held);
+        Chiron's local autoscaler keeps the batch within it."""
+        ...
 
     def set_clock(self, clock_mhz: float) -> None: ...
 

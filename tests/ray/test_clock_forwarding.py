@@ -20,7 +20,7 @@ import ray
 from core.stats import ReplicaStats
 from deployments.gpu_actor import NAMESPACE, GpuControlActor, gpu_actor_for_this_node
 from deployments.metrics import ReplicaMetrics
-from deployments.replica import LLMReplica
+from deployments.replica import LLMReplica, ReplicaIdentity
 from energy.hardware import GPUS
 
 pytestmark = pytest.mark.ray
@@ -50,21 +50,15 @@ class _Engine:
     def __init__(self) -> None:
         self.config = SimpleNamespace(hardware="h100-80gb")
         self.clock_mhz = 0.0
+        self.gpu_ids = [0]
 
     def stats(self) -> SimpleNamespace:
         return SimpleNamespace(clock_mhz=self.clock_mhz)
 
 
-class _Replica(LLMReplica.func_or_class):
-    def __del__(self) -> None:  # the engine stub has nothing to shut down
-        pass
-
-
-def _replica(engine: _Engine) -> Any:
-    """The deployment's class without Serve (its __init__ needs a replica context)."""
-    replica = object.__new__(_Replica)
-    replica.engine, replica.gpu_ids, replica.applied_clock_mhz = engine, [0], None
-    return replica
+def _replica(engine: _Engine) -> LLMReplica:
+    """The replica class on its own, given the stub engine (no Serve, no plan to follow)."""
+    return LLMReplica("short", engine, ReplicaIdentity("app", "pool-short", "r0"))  # type: ignore[arg-type]
 
 
 async def _until(check, what: str) -> None:

@@ -1,0 +1,145 @@
+"""The ingress and its replicas constructed directly, without Ray or Serve: the HTTP app
+(OpenAI, admin and Batch API routers over the ingress state, one APIError handler) over
+pool "handles" that call LLMReplica objects running the simulated engine in process, so
+the typed replica messages cross the same boundary as in Serve (tests/ray/test_serve.py
+covers the deployed app)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from fastapi.testclient import TestClient
+
+from app.config import AppConfig, hash_key
+from core.paths import SERVE_CONFIG
+from deployments.ingress import Ingress
+from deployments.ingress_state import IngressState
+from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
+from deployments.replica import LLMReplica, ReplicaIdentity
+from engines.protocol import RequestUsage
+from engines.sim_engine import SimEngine, SimEngineConfig
+
+KEY, ADMIN_KEY = "sk-unit-tenant", "sk-unit-admin"
+MODEL = "llama2-70b-sim"
+
+
+class _Method:
+    def __init__(self, target: Any, name: str) -> None:
+        self.target, self.name = target, name
+
+    def remote(self, *args: Any) -> Any:
+        # A round trip through pickle, as a Ray handle's arguments and replies take.
+        args = pickle.loads(pickle.dumps(args))
+        return getattr(self.target, self.name)(*args)
+
+
+class _Handle:
+    """A DeploymentHandle's call surface over one object in this process."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def options(self, **_: Any) -> _Handle:
+        return self
+
+    def __getattr__(self, name: str) -> _Method:
+        return _Method(self.target, name)
+
+
+class _Shedding:
+    """A replica that refuses every request, as an overloaded one does."""
+
+    async def complete(self, request: Any) -> Shed:
+        return Shed("queue full", 2.0)
+
+
+def _config() -> AppConfig:
+    args = yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"]
+    args["api_keys"] = [{"sha256": hash_key(KEY), "tenant": "acme", "service_class": "interactive"}]
+    args["admin_keys"] = [{"sha256": hash_key(ADMIN_KEY), "name": "unit"}]
+    return AppConfig.model_validate(args).resolved()
+
+
+def _healthy(app_name: str, pools: set[str]) -> dict[str, Any]:
+    return {p: {"status": "HEALTHY", "replicas": {"RUNNING": 1}} for p in pools}
+
+
+@pytest.fixture
+def client() -> Iterator[TestClient]:
+    config = _config()
+    replicas = {p.deployment_name: LLMReplica(p.name, SimEngine(SimEngineConfig()),
+                                              ReplicaIdentity("app", p.deployment_name, "r0"))
+                for p in config.pools}
+    pools: dict[str, Any] = {name: _Handle(r) for name, r in replicas.items()}
+    state = IngressState(config, pools, "app", pool_status=_healthy)
+    ingress = Ingress(config, pools, "app", state=state)
+    with TestClient(ingress.http_app()) as c:
+        c.ingress = ingress  # type: ignore[attr-defined]
+        yield c
+
+
+def _auth(key: str = KEY) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def _error(response: Any, status: int, code: str | None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code
+    return error
+
+
+def test_a_completion_is_served_from_the_replicas_typed_reply(client: TestClient) -> None:
+    r = client.post("/v1/completions", headers=_auth(), json={"model": MODEL, "prompt": "hello there", "max_tokens": 5})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["usage"]["completion_tokens"] == 5 and body["choices"][0]["text"]
+    assert body["wattwise"]["service_class"] == "interactive" and body["wattwise"]["retries"] == 0
+
+
+def test_a_stream_ends_with_usage_and_done(client: TestClient) -> None:
+    r = client.post("/v1/chat/completions", headers=_auth(), json={
+        "model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "stream": True,
+        "stream_options": {"include_usage": True}})
+    assert r.status_code == 200, r.text
+    events = [line[len("data: "):] for line in r.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert chunks[-1]["usage"]["completion_tokens"] == 4
+    assert any("wattwise" in c for c in chunks)
+
+
+def test_errors_keep_openais_format_and_status(client: TestClient) -> None:
+    _error(client.get("/v1/models"), 401, "invalid_api_key")
+    assert client.get("/v1/models", headers=_auth()).json()["data"][0]["id"] == MODEL
+    _error(client.post("/v1/completions", headers=_auth(), content=b"{nope"), 400, "invalid_json")
+    _error(client.post("/v1/completions", headers=_auth(), json={"model": "gpt-x", "prompt": "a"}), 404,
+           "model_not_found")
+    _error(client.get("/admin/requests"), 401, "invalid_api_key")
+    _error(client.get("/admin/requests", headers=_auth()), 403, "admin_key_required")
+    assert client.get("/admin/requests", headers=_auth(ADMIN_KEY)).status_code == 200
+    _error(client.post("/admin/drain", headers=_auth(ADMIN_KEY), json={"pool": "nope"}), 404, "pool_not_found")
+    _error(client.get("/admin/splitwise", headers=_auth(ADMIN_KEY)), 404, "not_found")
+    _error(client.post("/v1/batches", headers=_auth(), json={}), 404, "batch_api_disabled")
+    assert client.get("/health/ready").status_code == 200
+
+
+def test_a_refusal_is_a_503_with_retry_after(client: TestClient) -> None:
+    ingress: Ingress = client.ingress  # type: ignore[attr-defined]
+    for name in ingress.pools:
+        ingress.pools[name] = _Handle(_Shedding())  # type: ignore[assignment]
+    r = client.post("/v1/completions", headers=_auth(), json={"model": MODEL, "prompt": "hi", "max_tokens": 3})
+    error = _error(r, 503, "pool_full")
+    assert "queue full" in error["message"] and r.headers["retry-after"] == "2"
+
+
+def test_replica_messages_pickle() -> None:
+    usage = RequestUsage(3, 2, 1.5, 0.1, 0.3, 0.2, 0)
+    for message in (ReplicaChunk("ab", 2, "stop", usage, splitwise=SplitwiseReport("p", "prompt", "t", "token", 9)),
+                    Squashed(4.0), Shed("queue full", 1.0), Prefilled(ReplicaChunk("a", 1), None, "r0")):
+        assert pickle.loads(pickle.dumps(message)) == message
