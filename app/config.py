@@ -16,6 +16,7 @@ from prediction.predictor_config import PredictorConfig
 from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
+from core.roles import Phase, ReplicaKind
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
@@ -55,8 +56,8 @@ class PoolConfig(BaseModel):
     max_queued_requests: int = Field(default=1024, gt=0, description="Serve's cap on requests queued for the pool's replicas; beyond it Serve refuses them (back-pressure).")
     num_cpus: float = Field(default=0.1, ge=0, description="CPUs Ray reserves per replica.")
     request_router: Literal["default", "token_balanced"] = Field(default="default", description="\"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
-    kind: Literal["interactive", "mixed", "batch"] | None = Field(default=None, description="Chiron: a pool of interactive, mixed or batch replicas (routing by service class instead of length class); None for length-class pools.")
-    phase: Literal["prompt", "token", "mixed"] | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
+    kind: ReplicaKind | None = Field(default=None, description="Chiron: a pool of interactive, mixed or batch replicas (routing by service class instead of length class); None for length-class pools.")
+    phase: Phase | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
     local_autoscaler: LocalAutoscalerConfig | None = Field(default=None, description="Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit; None: off.")
     tensor_parallel_options: list[int] | None = Field(default=None, description="TP degrees the controller may run the pool at (DynamoLLM's pool manager, throttLL'eM's engine sizing); None: only the engine's own `tensor_parallel`.")
     tp_change: Literal["in_place", "shadow"] | None = Field(default=None, description="How a TP change happens. \"shadow\": one deployment per TP option, the new degree's replicas start beside the serving ones, traffic switches when they all run, the old deployment drains (autoscaling.shadow_rollout). \"in_place\": replicas re-shard their engine (the sim engine models DynamoLLM's re-sharding and its cost). None: shadow for engines that cannot re-shard (vLLM), in place for the sim engine.")
@@ -248,7 +249,7 @@ class AppConfig(BaseModel):
         if kinds:
             if len(kinds) != len(self.pools) or len(set(kinds)) != len(kinds):
                 raise ValueError("pools[].kind: with replica kinds, every pool needs a distinct kind")
-            if not {"interactive", "mixed"} <= set(kinds):
+            if not {ReplicaKind.INTERACTIVE, ReplicaKind.MIXED} <= set(kinds):
                 raise ValueError("pools[].kind: replica kinds need at least an interactive and a mixed pool")
             return self._check_services()
         seen: dict[str, str] = {}
@@ -323,7 +324,7 @@ class AppConfig(BaseModel):
         phases = [p.phase for p in self.pools]
         if None in phases or any(p.kind is not None for p in self.pools):
             raise ValueError("with phases (Splitwise), every pool needs a phase and none a kind")
-        if not {"prompt", "token"} <= set(phases):
+        if not {Phase.PROMPT, Phase.TOKEN} <= set(phases):
             raise ValueError(f"a phase split needs a prompt and a token pool; phases: {phases}")
         check_kv_compatible([self._phase_engine(i, pool) for i, pool in enumerate(self.pools)])
         return self._check_services()
@@ -332,15 +333,16 @@ class AppConfig(BaseModel):
     def phase_split(self) -> bool:
         return any(p.phase is not None for p in self.pools)
 
-    def pool_of_kind(self, kind: str) -> str | None:
+    def pool_of_kind(self, kind: ReplicaKind) -> str | None:
         return next((p.deployment_name for p in self.pools if p.kind == kind), None)
 
     def pool_of_class(self) -> dict[str, str]:
         """Length class -> pool; with replica kinds every class starts at the interactive pool."""
-        if self.pool_of_kind("interactive"):
-            return dict.fromkeys(LengthClassConfig.names(), self.pool_of_kind("interactive"))
+        interactive = self.pool_of_kind(ReplicaKind.INTERACTIVE)
+        if interactive:
+            return dict.fromkeys(LengthClassConfig.names(), interactive)
         if self.phase_split:  # Splitwise: the coordinator places both phases of every request
-            return dict.fromkeys(LengthClassConfig.names(), next(p.deployment_name for p in self.pools if p.phase == "prompt"))
+            return dict.fromkeys(LengthClassConfig.names(), next(p.deployment_name for p in self.pools if p.phase is Phase.PROMPT))
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
 
     @property

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.splitwise.config import MachineConfig, SplitwiseConfig
+from core.roles import Phase
 from engines.sim_engine import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
 
@@ -32,7 +33,7 @@ class SplitwiseServeConfig(BaseModel):
         "reported load (to measure herding without reservations)."))
 
 
-_KV_ROLES = {"prompt": {"kv_producer", "kv_both"}, "token": {"kv_consumer", "kv_both"}, "mixed": {"kv_both"}}
+_KV_ROLES = {Phase.PROMPT: {"kv_producer", "kv_both"}, Phase.TOKEN: {"kv_consumer", "kv_both"}, Phase.MIXED: {"kv_both"}}
 
 
 def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> None:
@@ -52,7 +53,7 @@ def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> No
                          f"and block_size; (model, TP, block size) are {sorted(shapes, key=str)}")
 
 
-def phase_engine(engine: SimEngineConfig | VllmEngineConfig, phase: str, scheduling: SplitwiseConfig,
+def phase_engine(engine: SimEngineConfig | VllmEngineConfig, phase: Phase, scheduling: SplitwiseConfig,
                  where: str) -> SimEngineConfig | VllmEngineConfig:
     """A phase pool's engine: the sim engine gets its phase's batcher hooks (and a prompt
     pool the prompt token budget, §IV-B); a vLLM engine must be on its side of the KV connector."""
@@ -63,6 +64,6 @@ def phase_engine(engine: SimEngineConfig | VllmEngineConfig, phase: str, schedul
                              f"not {role!r}")
         return engine
     update: dict = {"splitwise": MachineConfig(phase=phase, scheduling=scheduling)}
-    if phase == "prompt":
+    if phase is Phase.PROMPT:
         update["max_batched_tokens"] = scheduling.prompt_batch_tokens
     return engine.model_copy(update=update)

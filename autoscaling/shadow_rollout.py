@@ -9,7 +9,7 @@ traffic switches to it and the old deployment goes to 0 (after the adapter's han
 autoscaling.handover; Serve then drains it: in-flight requests finish). A shadow not up
 within `timeout_s` is abandoned (old keeps serving; the same TP is not retried for
 `retry_after_s`). throttLL'eM's shadow instances (throttLL'eM paper §IV-D) work this way. The
-simulator does the same per replica (sim.engine's reconcile: old-TP replicas serve until
+simulator does the same per replica (sim.simulator's reconcile: old-TP replicas serve until
 new ones are ready; new ones cost DynamoLLM's re-shard time), so a policy's TP change has
 the same effect in both runtimes.
 

@@ -28,7 +28,7 @@ from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
 from batching.continuous_batcher import BatcherConfig
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.engine import PoolSetup, Simulator
+from sim.simulator import PoolSetup, Simulator
 from sim.workload import fit_context, load_trace, scale_rate, window
 
 POOL = "pool-all"

@@ -31,7 +31,7 @@ import numpy as np
 
 from energy.hardware import MODELS
 from sim.config import SimConfig
-from sim.engine import Simulator
+from sim.simulator import Simulator
 from sim.metrics import summarise
 from sim.oracle import oracle_energy
 from sim.scenario import SIMULATORS, SPECS, build

@@ -1,12 +1,22 @@
-"""What a replica deployment is for (Splitwise phases, Chiron kinds, DynamoLLM pools)."""
+"""What a replica deployment is for: one enum per paper's notion, used everywhere a role is
+named (config, policies, simulator, Serve), so a role is never a bare string."""
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 
-class ReplicaRole(str, Enum):
-    PROMPT = "prompt"  # Splitwise: prefill only, hands KV to a token replica
-    TOKEN = "token"  # Splitwise: decode only
-    MIXED = "mixed"  # both phases (also Chiron's mixed interactive+batch replicas)
-    CLASS_POOL = "class_pool"  # DynamoLLM: a pool serving a set of length classes
+class Phase(StrEnum):
+    """Splitwise's phase pools."""
+
+    PROMPT = "prompt"  # prefill only, hands KV to a token replica
+    TOKEN = "token"  # decode only
+    MIXED = "mixed"  # both phases
+
+
+class ReplicaKind(StrEnum):
+    """Chiron's replica types."""
+
+    INTERACTIVE = "interactive"  # interactive requests only
+    MIXED = "mixed"  # interactive first, batch requests fill the rest
+    BATCH = "batch"  # batch requests only, scaled from the batch queue's deadlines

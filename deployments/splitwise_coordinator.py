@@ -22,7 +22,7 @@ from ray.serve._private.common import REPLICA_ID_FULL_ID_STR_PREFIX
 
 from app.splitwise_config import SplitwiseServeConfig
 from autoscaling.splitwise.scheduler import MIXED, Placement, SplitwiseScheduler
-from core.roles import ReplicaRole
+from core.roles import Phase
 from deployments.kv_handoff import await_ref
 
 SERVE_NAMESPACE = "serve"
@@ -31,7 +31,7 @@ SERVE_NAMESPACE = "serve"
 @serve.deployment(num_replicas=1, max_ongoing_requests=100_000, ray_actor_options={"num_cpus": 0.05})
 class SplitwiseCoordinator:
     def __init__(self, phases: dict[str, str], settings: dict[str, Any]) -> None:
-        self.phases = {deployment: ReplicaRole(phase) for deployment, phase in phases.items()}
+        self.phases = {deployment: Phase(phase) for deployment, phase in phases.items()}
         self.settings = SplitwiseServeConfig.model_validate(settings)
         self.scheduler = SplitwiseScheduler(self.settings.scheduling)
         self.app_name = serve.get_replica_context().app_name
@@ -102,7 +102,7 @@ class SplitwiseCoordinator:
         await self._ready()
 
     # ---- the request path ----------------------------------------------------------
-    def _describe(self, placement: Placement, phase: ReplicaRole, tokens: int) -> dict[str, Any]:
+    def _describe(self, placement: Placement, phase: Phase, tokens: int) -> dict[str, Any]:
         deployment, uid = self.names[placement.replica_id]
         role = self.scheduler.role[placement.replica_id]
         self.counts[f"{phase.value}_on_{role.value}"] += 1
@@ -123,8 +123,8 @@ class SplitwiseCoordinator:
             self.scheduler.ledger.land(a.prompt.ticket)
             self.scheduler.ledger.land(a.token.ticket)
         self.counts["assigned"] += 1
-        return {"prompt": self._describe(a.prompt, ReplicaRole.PROMPT, prompt_tokens),
-                "token": self._describe(a.token, ReplicaRole.TOKEN, output_tokens)}
+        return {"prompt": self._describe(a.prompt, Phase.PROMPT, prompt_tokens),
+                "token": self._describe(a.token, Phase.TOKEN, output_tokens)}
 
     def landed(self, ticket: int) -> None:
         """The work of a reservation reached its replica: its reports count it now."""
@@ -133,7 +133,7 @@ class SplitwiseCoordinator:
     def finished(self, replica_id: int, phase: str, ticket: int, outcome: str | None = None) -> None:
         """A phase completed (or will never run) on the replica it was assigned to."""
         self.scheduler.ledger.land(ticket)
-        self.scheduler.finished(replica_id, ReplicaRole(phase))
+        self.scheduler.finished(replica_id, Phase(phase))
         if outcome:
             self.counts[outcome] += 1
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from core.overheads import OverheadTable
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
-from core.overheads import OverheadTable
 from sim.config import SimConfig
 from sim.oracle import oracle_energy
 from sim.run import simulate
@@ -40,7 +40,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=5.5, help="synthetic: requests/s")
     p.add_argument("--cv", type=float, default=1.0, help="synthetic: inter-arrival CV (1 = Poisson)")
     p.add_argument("--batch-fraction", type=float, default=0.0, help="share of batch service-class requests")
-    p.add_argument("--policy", action="append", help=f"repeatable (default: singlepool and wattwise); e.g. {', '.join(SPECS)}")
+    p.add_argument("--policy", action="append",
+                   help=f"repeatable (default: singlepool and wattwise); e.g. {', '.join(SPECS)}")
     p.add_argument("--gpus", type=int, default=SimConfig().cluster_gpus, help="cluster size in GPUs")
     p.add_argument("--model", default="llama2-70b", choices=sorted(MODELS))
     p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
@@ -74,7 +75,7 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
     return fit_context(w, max_context_tokens)
 
 
-def progress(policy: str):  # noqa: ANN201 - a small closure
+def progress(policy: str):  # a small closure
     def report(now_s: float, end_s: float) -> None:
         share = min(now_s / end_s, 1.0) if end_s > 0 else 1.0
         bar = "#" * int(share * 30)
@@ -115,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     if len(w) == 0:
         print("the workload is empty", file=sys.stderr)
         return 2
-    print(f"{len(w)} requests over {w.duration_s:.0f} s ({len(w) / max(w.duration_s, 1e-9):.2f} req/s)", file=sys.stderr)
+    print(f"{len(w)} requests over {w.duration_s:.0f} s ({len(w) / max(w.duration_s, 1e-9):.2f} req/s)",
+          file=sys.stderr)
     results, runs = [], {}
     # Default: the one controller, beside SinglePool as the reference ("x first").
     for policy in args.policy or ["singlepool", "wattwise"]:

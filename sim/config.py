@@ -12,8 +12,10 @@ from core.overheads import OverheadTable
 class SimConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = Field(default="llama2-70b", description="Model the simulated replicas serve (a perf model's model name).")
-    hardware: str = Field(default="h100-80gb", description="GPU the simulated cluster has (a perf model's hardware name).")
+    model: str = Field(default="llama2-70b", description=(
+        "Model the simulated replicas serve (a perf model's model name)."))
+    hardware: str = Field(default="h100-80gb", description=(
+        "GPU the simulated cluster has (a perf model's hardware name)."))
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles.PROFILE_NAMES) the replicas and every policy "
         "are modelled on; None: Splitwise's fit for model and hardware."))

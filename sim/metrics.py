@@ -17,7 +17,7 @@ from core.efficiency import joules_per_generated_token
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.engine import RawRun
+from sim.simulator import RawRun
 from sim.records import CLASS_NAMES, RequestLog
 
 J_PER_KWH = 3.6e6

@@ -1,6 +1,6 @@
 """Mico's multi-cluster experiment (§4.2) in virtual time: one batch of queries dispatched
 across clusters up front, each cluster the shared ContinuousBatcher on the calibrated
-perf model (as sim/engine.py runs replicas), with optional back-off offloading.
+perf model (as sim/simulator.py runs replicas), with optional back-off offloading.
 
 Reports what Mico's Table 1 and Fig. 10 compare: throughput (queries over the time the
 last cluster finishes) and cumulative KV (KV tokens held, integrated over time).

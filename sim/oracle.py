@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from energy.capacity import CapacityModel, Load
 from energy.calibration import default_perf_model
+from energy.capacity import CapacityModel, Load
 from sim.config import SimConfig
 from sim.workload import Workload
 

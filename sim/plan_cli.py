@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import Literal
 
 import numpy as np
 
@@ -31,7 +32,7 @@ def _limits(text: str) -> tuple[float, float, float]:
     parts = tuple(float(x) for x in text.split(","))
     if len(parts) != 3 or min(parts) <= 0:
         raise argparse.ArgumentTypeError("give three positive slowdown limits: P50,P90,P99")
-    return parts  # type: ignore[return-value]
+    return parts
 
 
 def describe(o: Outcome) -> str:
@@ -93,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"trace {args.trace}: {len(w)} requests over {w.duration_s:.0f} s ({len(w) / w.duration_s:.2f} req/s), "
           f"goal {args.goal}, SLO slowdowns TTFT {slo.ttft} TBT {slo.tbt} E2E {slo.e2e} vs an unloaded DGX-A100")
     if args.goal == "throughput":
-        kind, limit = ("power", args.budget_kw) if args.budget_kw is not None else ("cost", args.budget_usd_h)
+        kind: Literal["power", "cost"] = "power" if args.budget_kw is not None else "cost"
+        limit = args.budget_kw if args.budget_kw is not None else args.budget_usd_h
         found = [o for n in names for o in search_throughput(runs, DESIGNS[n], kind, limit, args.max_prompt)]
         searches = []
     else:

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from sim.engine import RawRun  # noqa: E402
+from sim.simulator import RawRun  # noqa: E402
 
 
 def log_seconds_axis(axis: matplotlib.axis.Axis) -> None:

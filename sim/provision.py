@@ -23,11 +23,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.registry import make_policy
 from core.classes import LengthClassConfig
+from core.roles import Phase
 from energy.calibration import default_perf_model
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.engine import PoolSetup, Simulator
+from sim.simulator import PoolSetup, Simulator
 from sim.metrics import slowdown_percentiles
 from sim.splitwise import SplitwiseSimConfig, SplitwiseSimulator
 from sim.workload import Workload, scale_time
@@ -179,9 +180,9 @@ def simulate_design(
         simulator: type[Simulator] = Simulator
         extra: dict = {}
     else:
-        pools = [_pool("pool-prompt", design.prompt, config, prompt, kind="prompt",
+        pools = [_pool("pool-prompt", design.prompt, config, prompt, kind=Phase.PROMPT,
                        max_batched_tokens=splitwise.scheduling.prompt_batch_tokens),
-                 _pool("pool-token", design.token, config, token, kind="token")]
+                 _pool("pool-token", design.token, config, token, kind=Phase.TOKEN)]
         link = min(design.prompt.link_gbps, design.token.link_gbps)
         transfer = splitwise.transfer.model_copy(update={"link_gbps": link})
         simulator = SplitwiseSimulator

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.classes import LengthClassConfig
 from batching.continuous_batcher import Sequence
+from core.classes import LengthClassConfig
 
 CLASS_NAMES = LengthClassConfig.names()
 CLASS_INDEX = {name: i for i, name in enumerate(CLASS_NAMES)}

@@ -7,14 +7,14 @@ the batcher charges its steps and the idle gaps between them.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from autoscaling.chiron.local import LocalBatchAutoscaler
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Step
 from energy.perf_model import PerfModel
 
 
-class State(str, Enum):
+class State(StrEnum):
     STARTING = "starting"
     READY = "ready"
     DRAINING = "draining"

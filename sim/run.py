@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.config import SimConfig
-from sim.engine import RawRun, Simulator
+from sim.simulator import RawRun, Simulator
 from sim.metrics import summarise
 from sim.scenario import SIMULATORS, build
 from sim.workload import Workload

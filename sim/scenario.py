@@ -25,9 +25,10 @@ from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
 from core.classes import LengthClassConfig
 from core.policy import ControlPolicy
+from core.roles import Phase, ReplicaKind
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
-from sim.engine import PoolSetup, Simulator
+from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
@@ -131,10 +132,10 @@ def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> 
     peak = provision(w.take(w.interactive), {"pool-interactive": (everything, MAX_TP)}, config, lengths)[0]
     local = LocalAutoscalerConfig()
     return [
-        PoolSetup("pool-interactive", everything, MAX_TP, clock, peak.replicas, kind="interactive",
+        PoolSetup("pool-interactive", everything, MAX_TP, clock, peak.replicas, kind=ReplicaKind.INTERACTIVE,
                   local_autoscaler=local),
-        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind="mixed", local_autoscaler=local),
-        PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind="batch", local_autoscaler=local),
+        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind=ReplicaKind.MIXED, local_autoscaler=local),
+        PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind=ReplicaKind.BATCH, local_autoscaler=local),
     ]
 
 
@@ -155,9 +156,9 @@ def splitwise_pools(
     everything = tuple(LengthClassConfig.names())
     return [
         PoolSetup("pool-prompt", everything, MAX_TP, clock, prompt or prompt_replicas(cap, MAX_TP, clock, load),
-                  kind="prompt", max_batched_tokens=splitwise.prompt_batch_tokens),
+                  kind=Phase.PROMPT, max_batched_tokens=splitwise.prompt_batch_tokens),
         PoolSetup("pool-token", everything, MAX_TP, token_clock,
-                  token or token_replicas(cap, MAX_TP, token_clock, load, tbt), kind="token"),
+                  token or token_replicas(cap, MAX_TP, token_clock, load, tbt), kind=Phase.TOKEN),
     ]
 
 

@@ -29,10 +29,11 @@ from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
 from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
 from core.request import Request
+from core.roles import Phase
 from energy.kv_transfer import KVTransferConfig, KVTransferModel
 from energy.perf_model import PerfModel
 from batching.continuous_batcher import Sequence
-from sim.engine import CALL, Pool, Simulator
+from sim.simulator import Event, Pool, Simulator
 from sim.replica import SimReplica, State
 
 
@@ -79,7 +80,7 @@ class SplitwiseSimulator(Simulator):
             return
         sched = self.splitwise.scheduling
         r.batcher.preemption = AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)
-        home = PROMPT if self.pools[r.pool].setup.kind == "prompt" else TOKEN
+        home = PROMPT if self.pools[r.pool].setup.kind is Phase.PROMPT else TOKEN
         if home is TOKEN:
             r.batcher.admission = KvHeadroomAdmission(sched.token_kv_headroom)
         self.scheduler.add_replica(r.replica_id, home)
@@ -124,7 +125,7 @@ class SplitwiseSimulator(Simulator):
             return
         if token.replica_id == r.replica_id:  # a mixed replica drew both phases: the KV is already here
             self.transfers["local"] += 1
-            self._push(now, CALL, partial(self._land, request, seq, token, True))
+            self._push(now, Event.CALL, partial(self._land, request, seq, token, True))
             return
         prefill_s = r.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp, r.clock_mhz)
         plan = self.transfer.plan(request.prompt_tokens, r.tp, prefill_s)
@@ -132,7 +133,7 @@ class SplitwiseSimulator(Simulator):
         self.transfers["layerwise" if plan.layerwise else "serialized"] += 1
         self.transfers["failed"] += failed
         delay = self.splitwise.transfer_timeout_s if failed else plan.visible_s
-        self._push(now + delay, CALL, partial(self._land, request, seq, token, not failed))
+        self._push(now + delay, Event.CALL, partial(self._land, request, seq, token, not failed))
 
     def _land(self, request: Request, prior: Sequence, token: Placement, kv_present: bool, now: float) -> None:
         """The KV arrived (or the transfer timed out): the token replica takes over."""

@@ -40,7 +40,8 @@ class Workload:
         return float(self.arrival_s[-1]) if len(self) else 0.0
 
     def take(self, mask: np.ndarray) -> Workload:
-        return Workload(self.arrival_s[mask], self.prompt_tokens[mask], self.output_tokens[mask], self.interactive[mask])
+        return Workload(self.arrival_s[mask], self.prompt_tokens[mask], self.output_tokens[mask],
+                        self.interactive[mask])
 
 
 def _parse_time(stamp: str) -> float:

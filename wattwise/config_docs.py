@@ -70,6 +70,8 @@ def _type_name(annotation: object) -> str:
     if isinstance(annotation, type):
         if issubclass(annotation, BaseModel):
             return f"[{annotation.__name__}](#{annotation.__name__.lower()})"
+        if issubclass(annotation, enum.Enum):  # what a config file writes: the values
+            return " \\| ".join(json.dumps(member.value) for member in annotation)
         return annotation.__name__
     return str(annotation).replace("typing.", "")
 

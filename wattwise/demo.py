@@ -26,7 +26,7 @@ import yaml
 from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
 from sim.config import SimConfig
-from sim.engine import PoolSetup, Simulator
+from sim.simulator import PoolSetup, Simulator
 from sim.metrics import summarise as summarise_run
 from sim.scenario import build
 from sim.workload import fit_context, load_trace, window

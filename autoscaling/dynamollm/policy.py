@@ -89,6 +89,20 @@ class PoolState:
     peak_demand: float = 0.0  # most instances needed since the last pool epoch
 
 
+@dataclass(frozen=True)
+class ShapeProposal:
+    """A pool manager's new shape for its pool. `saved_w` is what it saves; None when the
+    current shape cannot carry the load, so the change is not optional."""
+
+    pool: PoolState
+    tp: int
+    instances: int
+    saved_w: float | None = None
+
+    def apply(self) -> None:
+        self.pool.tp, self.pool.instances = self.tp, self.instances
+
+
 class DynamoLLMPolicy:
     def __init__(self, config: DynamoLLMConfig, profile: EnergyProfile | None = None) -> None:
         self.config = config
@@ -172,21 +186,20 @@ class DynamoLLMPolicy:
             proposal = self._propose(name, pool)
             if proposal is None:
                 continue
-            if proposal[3] is None:  # later pools plan with this pool's new shape
-                pool.tp, pool.instances = proposal[1], proposal[2]
+            if proposal.saved_w is None:  # later pools plan with this pool's new shape
+                proposal.apply()
             else:
                 optional.append(proposal)
-        optional.sort(key=lambda p: p[3], reverse=True)
-        for pool, tp, instances, _ in optional[: self.config.max_reshards_per_epoch]:
-            pool.tp, pool.instances = tp, instances
+        optional.sort(key=lambda p: p.saved_w or 0.0, reverse=True)
+        for proposal in optional[: self.config.max_reshards_per_epoch]:
+            proposal.apply()
 
-    def _propose(self, name: str, pool: PoolState) -> tuple[PoolState, int, int, float | None] | None:
-        """(pool, TP, instances, watts saved) for a pool whose shape should change; saved
-        is None when the current shape cannot carry the load."""
+    def _propose(self, name: str, pool: PoolState) -> ShapeProposal | None:
+        """The new shape of a pool whose shape should change, or None."""
         cls, load = self._pool_load(name, pool.peak_demand)
         pool.peak_demand = 0.0
         if pool.gpus == 0:
-            return (pool, pool.tp, 0, None) if pool.instances else None
+            return ShapeProposal(pool, pool.tp, 0) if pool.instances else None
         slo = self._pool_slo(name)
         choice = solve_pool(self.profile, cls, load, pool.gpus, slo, max_clock_only=True,
                             headroom=self.config.headroom)
@@ -195,7 +208,7 @@ class DynamoLLMPolicy:
             # Re-sharding would stall the pool, and TP8 carries fewer requests per GPU.
             tp = pool.tp if pool.instances > 0 else MAX_TP
             instances = max(pool.gpus // tp, 1)
-            return None if (tp, instances) == (pool.tp, pool.instances) else (pool, tp, instances, None)
+            return None if (tp, instances) == (pool.tp, pool.instances) else ShapeProposal(pool, tp, instances)
         # The pool runs all its GPUs (the cluster manager sized them); the pool manager
         # only picks how to shard them, as DynamoLLM's online simplification does.
         instances = pool.gpus // choice.tensor_parallel
@@ -204,9 +217,9 @@ class DynamoLLMPolicy:
         current_ok = pool.instances > 0 and self.profile.meets(
             cls, pool.tp, self.max_clock, load / pool.instances, slo, self.config.headroom)
         if not current_ok:
-            return pool, choice.tensor_parallel, instances, None
+            return ShapeProposal(pool, choice.tensor_parallel, instances)
         saved = self._savings_w(pool, cls, load, choice.tensor_parallel, instances, choice.power_w)
-        return (pool, choice.tensor_parallel, instances, saved) if saved is not None else None
+        return ShapeProposal(pool, choice.tensor_parallel, instances, saved) if saved is not None else None
 
     def _savings_w(self, pool: PoolState, cls: str, load: float, tp: int, instances: int,
                    power_new_w: float) -> float | None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
+
+from core.roles import Phase
 
 
 class SplitwiseConfig(BaseModel):
@@ -38,7 +38,7 @@ class MachineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    phase: Literal["prompt", "token", "mixed"] = Field(description=(
+    phase: Phase = Field(description=(
         "The replica's phase pool: prompt (prefill), token (decode) or mixed (both; §IV-A)."))
     scheduling: SplitwiseConfig = Field(default=SplitwiseConfig(), description=(
         "Splitwise's scheduling knobs the replica's batcher uses."))

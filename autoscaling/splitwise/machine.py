@@ -12,6 +12,7 @@ import math
 
 from autoscaling.splitwise.config import MachineConfig
 from batching.continuous_batcher import ContinuousBatcher, Sequence
+from core.roles import Phase
 
 
 class KvHeadroomAdmission:
@@ -55,5 +56,5 @@ def machine_policies(config: MachineConfig) -> tuple[KvHeadroomAdmission | None,
     """
     s = config.scheduling
     preemption = AgingPreemption(s.preempt_age_limit_s, s.max_preemptions_per_request)
-    admission = KvHeadroomAdmission(s.token_kv_headroom) if config.phase == "token" else None
+    admission = KvHeadroomAdmission(s.token_kv_headroom) if config.phase is Phase.TOKEN else None
     return admission, preemption

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.ledger import PendingTokenLedger
-from core.roles import ReplicaRole
+from core.roles import Phase
 
-PROMPT, TOKEN, MIXED = ReplicaRole.PROMPT, ReplicaRole.TOKEN, ReplicaRole.MIXED
+PROMPT, TOKEN, MIXED = Phase.PROMPT, Phase.TOKEN, Phase.MIXED
 
 
-def opposite(phase: ReplicaRole) -> ReplicaRole:
+def opposite(phase: Phase) -> Phase:
     return TOKEN if phase is PROMPT else PROMPT
 
 
@@ -41,14 +41,14 @@ class SplitwiseScheduler:
     def __init__(self, config: SplitwiseConfig = SplitwiseConfig()) -> None:
         self.config = config
         self.ledger = PendingTokenLedger()
-        self.home: dict[int, ReplicaRole] = {}
-        self.role: dict[int, ReplicaRole] = {}
+        self.home: dict[int, Phase] = {}
+        self.role: dict[int, Phase] = {}
         self.mixed_since_s: dict[int, float] = {}
-        self.outstanding: Counter[tuple[int, ReplicaRole]] = Counter()
+        self.outstanding: Counter[tuple[int, Phase]] = Counter()
         self.repurposed = 0
         self.pulled_into_mixed = 0
 
-    def add_replica(self, replica_id: int, home: ReplicaRole) -> None:
+    def add_replica(self, replica_id: int, home: Phase) -> None:
         self.home[replica_id] = self.role[replica_id] = home
         self.ledger.add_replica(replica_id)
 
@@ -57,15 +57,15 @@ class SplitwiseScheduler:
             table.pop(replica_id, None)
         self.ledger.remove_replica(replica_id)
 
-    def _threshold(self, phase: ReplicaRole) -> int:
+    def _threshold(self, phase: Phase) -> int:
         c = self.config
         return c.prompt_queue_threshold_tokens if phase is PROMPT else c.token_queue_threshold_tokens
 
-    def _least_loaded(self, role: ReplicaRole) -> int | None:
+    def _least_loaded(self, role: Phase) -> int | None:
         members = [r for r, got in self.role.items() if got is role]
         return min(members, key=lambda r: (self.ledger.pending_tokens(r), r), default=None)
 
-    def _pick(self, phase: ReplicaRole, now_s: float) -> int:
+    def _pick(self, phase: Phase, now_s: float) -> int:
         threshold = self._threshold(phase)
         fallback = None
         for role in (phase, MIXED):
@@ -86,7 +86,7 @@ class SplitwiseScheduler:
             raise RuntimeError(f"no replica can run the {phase.value} phase")
         return fallback
 
-    def _place(self, phase: ReplicaRole, tokens: int, now_s: float) -> Placement:
+    def _place(self, phase: Phase, tokens: int, now_s: float) -> Placement:
         replica = self._pick(phase, now_s)
         self.outstanding[(replica, phase)] += 1
         return Placement(replica, self.ledger.reserve(replica, tokens))
@@ -95,7 +95,7 @@ class SplitwiseScheduler:
         """Both replicas of a request, each reserved for its phase's pending tokens."""
         return Assignment(self._place(PROMPT, prompt_tokens, now_s), self._place(TOKEN, output_tokens, now_s))
 
-    def finished(self, replica_id: int, phase: ReplicaRole) -> None:
+    def finished(self, replica_id: int, phase: Phase) -> None:
         """A phase assigned to `replica_id` completed (or will never run there)."""
         self.outstanding[(replica_id, phase)] -= 1
 

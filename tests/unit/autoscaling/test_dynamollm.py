@@ -212,14 +212,14 @@ def test_split_pools_only_when_the_looser_slo_saves_energy() -> None:
 
 
 def test_reconfiguration_is_staggered_most_savings_first() -> None:
-    from autoscaling.dynamollm.policy import PoolState
+    from autoscaling.dynamollm.policy import PoolState, ShapeProposal
 
     pools = {"pool-a": ["MM"], "pool-b": ["MS"], "pool-c": ["LL"]}
     policy = DynamoLLMPolicy(DynamoLLMConfig(pools=pools, max_reshards_per_epoch=1))
     proposals = {"pool-a": 100.0, "pool-b": 300.0, "pool-c": None}  # c cannot carry its load
     states = {n: PoolState(c, gpus=8, tp=8, instances=1) for n, c in pools.items()}
     policy.pools = states
-    policy._propose = lambda name, pool: (pool, 2, 4, proposals[name])
+    policy._propose = lambda name, pool: ShapeProposal(pool, 2, 4, proposals[name])
     policy._pool_epochs()
     assert states["pool-c"].tp == 2  # urgent: applied at once
     assert states["pool-b"].tp == 2  # the larger saving goes first
@@ -229,12 +229,12 @@ def test_reconfiguration_is_staggered_most_savings_first() -> None:
 def test_a_pool_no_shape_can_serve_keeps_its_tp_and_runs_all_its_gpus() -> None:
     """Far beyond what its GPUs carry within the SLO: re-sharding to TP8 would stall the
     pool and carry fewer requests per GPU, so it keeps TP4 and fills its GPUs."""
-    from autoscaling.dynamollm.policy import PoolState
+    from autoscaling.dynamollm.policy import PoolState, ShapeProposal
 
     policy = DynamoLLMPolicy(DynamoLLMConfig(pools={"pool-ll": ["LL"]}))
     pool = PoolState(["LL"], gpus=16, tp=4, instances=3, peak_demand=40.0)
     policy.pools = {"pool-ll": pool}
-    assert policy._propose("pool-ll", pool) == (pool, 4, 4, None)
+    assert policy._propose("pool-ll", pool) == ShapeProposal(pool, 4, 4)
     full = PoolState(["LL"], gpus=16, tp=4, instances=4, peak_demand=40.0)
     policy.pools = {"pool-ll": full}
     assert policy._propose("pool-ll", full) is None

@@ -26,7 +26,7 @@ from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from batching.hook_chains import AdmissionChain, ClockChain, PreemptionChain
 from engines.sim_engine import SimEngine, SimEngineConfig
 from sim.config import SimConfig
-from sim.engine import Simulator
+from sim.simulator import Simulator
 from sim.scenario import build
 from sim.workload import load_trace, window
 

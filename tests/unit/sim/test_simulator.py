@@ -10,7 +10,7 @@ from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
 from core.view import ClusterView
 from sim.config import SimConfig
-from sim.engine import PoolSetup, Simulator
+from sim.simulator import PoolSetup, Simulator
 from sim.run import simulate
 from sim.scenario import layout
 from sim.workload import fit_context, load_trace, synthetic, window

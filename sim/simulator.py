@@ -10,6 +10,7 @@ ClusterPlan and applies it with the overheads a real cluster pays.
 from __future__ import annotations
 
 import heapq
+from enum import IntEnum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from core.classes import LengthClassConfig, ServiceClass, default_service_classe
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
 from core.request import Request
+from core.roles import Phase, ReplicaKind
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
@@ -36,7 +38,17 @@ from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
 from sim.workload import Workload
 
-STEP_END, READY, WAKE, CONTROL, SAMPLE, CALL = range(6)
+
+class Event(IntEnum):
+    """What a heap entry does when its time comes."""
+
+    STEP_END = 0  # a replica's batch step finished
+    READY = 1  # a starting replica finished loading
+    WAKE = 2  # a stalled replica (clock change) may step again
+    CONTROL = 3  # the policy's control tick
+    SAMPLE = 4  # record the time series
+    CALL = 5  # call a function of the time (e.g. a KV transfer landing)
+
 
 # Builds a new replica's admission and clock policies (e.g. throttLL'eM's) for its batcher.
 BatcherPolicies = Callable[[PerfModel, BatcherConfig], tuple[AdmissionPolicy | None, ClockPolicy | None]]
@@ -64,10 +76,10 @@ class PoolSetup:
     min_replicas: int = 1
     max_replicas: int = 1024
     batcher_policies: BatcherPolicies | None = None
-    # Chiron: "interactive", "mixed" or "batch" pools route by service class instead of
-    # length class; batch requests wait in one global queue for spare capacity.
-    # Splitwise: "prompt" or "token" pools, routed by phase (sim/splitwise.py).
-    kind: str | None = None
+    # Chiron: interactive, mixed or batch pools route by service class instead of length
+    # class; batch requests wait in one global queue for spare capacity.
+    # Splitwise: prompt or token pools, routed by phase (sim/splitwise.py).
+    kind: ReplicaKind | Phase | None = None
     # Chiron's local autoscaler sets each replica's batch limit (Algorithm 1).
     local_autoscaler: LocalAutoscalerConfig | None = None
     # Per-step token budget of its replicas (Splitwise's prompt pool: 2048); None: SimConfig's.
@@ -145,11 +157,11 @@ class Simulator:
         self.stopped_energy_j = 0.0
         self.unfinished = len(workload)
         # The last field is the event's replica, or for CALL a function of the time.
-        self._heap: list[tuple[float, int, int, SimReplica | Callable[[float], None] | None]] = []
+        self._heap: list[tuple[float, int, Event, SimReplica | Callable[[float], None] | None]] = []
         self._seq = 0
 
     # ---- events ----------------------------------------------------------------
-    def _push(self, t: float, kind: int, replica: SimReplica | Callable[[float], None] | None = None) -> None:
+    def _push(self, t: float, kind: Event, replica: SimReplica | Callable[[float], None] | None = None) -> None:
         self._seq += 1
         heapq.heappush(self._heap, (t, self._seq, kind, replica))
 
@@ -158,8 +170,8 @@ class Simulator:
         for pool in self.pools.values():
             for _ in range(pool.target):
                 self._start_replica(pool, 0.0, delay_s=0.0)
-        self._push(0.0, SAMPLE)
-        self._push(self.config.control_interval_s, CONTROL)
+        self._push(0.0, Event.SAMPLE)
+        self._push(self.config.control_interval_s, Event.CONTROL)
         arrivals = w.arrival_s.tolist()
         n = len(arrivals)
         horizon = (arrivals[-1] if n else 0.0) + self.config.drain_limit_s
@@ -177,23 +189,23 @@ class Simulator:
             now, _, kind, replica = heapq.heappop(heap)
             if now > horizon:
                 break
-            if kind == STEP_END:
+            if kind == Event.STEP_END:
                 self._step_end(replica, now)
-            elif kind == WAKE:
+            elif kind == Event.WAKE:
                 replica.wake_pending = False
                 self._kick(replica, now)
-            elif kind == READY:
+            elif kind == Event.READY:
                 self._ready(replica, now)
-            elif kind == CALL:
+            elif kind == Event.CALL:
                 replica(now)
-            elif kind == CONTROL:
+            elif kind == Event.CONTROL:
                 self._control(now)
-                self._push(now + self.config.control_interval_s, CONTROL)
+                self._push(now + self.config.control_interval_s, Event.CONTROL)
             else:
                 self._sample(now)
                 if self.on_progress is not None:
                     self.on_progress(now, arrivals[-1] if n else 0.0)
-                self._push(now + self.config.sample_interval_s, SAMPLE)
+                self._push(now + self.config.sample_interval_s, Event.SAMPLE)
         end = max(now, w.duration_s)
         self._sample(end)
         for r in self.all_replicas:
@@ -227,13 +239,13 @@ class Simulator:
         """Chiron: interactive to its own pool while it has room, else to mixed; batch to
         the global queue, which drains into batch (then mixed) replicas with room."""
         if request.service_class == "batch":
-            self.log.pool[i] = self.kinds["batch"].index
+            self.log.pool[i] = self.kinds[ReplicaKind.BATCH].index
             self.batch_queue.append(request)
             self._drain_batch_queue(now)
             return
-        pool = self.kinds["interactive"]
-        if not self._has_room(pool) and "mixed" in self.kinds:
-            pool = self.kinds["mixed"]
+        pool = self.kinds[ReplicaKind.INTERACTIVE]
+        if not self._has_room(pool) and ReplicaKind.MIXED in self.kinds:
+            pool = self.kinds[ReplicaKind.MIXED]
         self.log.pool[i] = pool.index
         self._dispatch(pool, request, now)
 
@@ -284,7 +296,7 @@ class Simulator:
         if now < r.stall_until_s:
             if not r.wake_pending:
                 r.wake_pending = True
-                self._push(r.stall_until_s, WAKE, r)
+                self._push(r.stall_until_s, Event.WAKE, r)
             return
         step = r.batcher.plan_step(now)
         if step is None:
@@ -292,14 +304,14 @@ class Simulator:
                 self._stop(r, now)
             return
         r.step = step
-        self._push(step.end_s, STEP_END, r)
+        self._push(step.end_s, Event.STEP_END, r)
 
     def _step_end(self, r: SimReplica, now: float) -> None:
         out = r.batcher.finish_step(r.step)
         r.step = None
         for seq in out.finished:
             self._complete(r, seq, now)
-        if self.pools[r.pool].setup.kind == "mixed":
+        if self.pools[r.pool].setup.kind is ReplicaKind.MIXED:
             self._requeue_preempted_batch(r)
         if self.batch_queue and out.finished:
             self._drain_batch_queue(now)
@@ -323,7 +335,7 @@ class Simulator:
         if delay_s <= 0:
             self._ready(r, now)
         else:
-            self._push(now + delay_s, READY, r)
+            self._push(now + delay_s, Event.READY, r)
         return True
 
     def _ready(self, r: SimReplica, now: float) -> None:
@@ -338,7 +350,7 @@ class Simulator:
         batcher = r.become_ready(BatcherConfig(
             tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
             batch_limit=r.local_autoscaler.limit if local else pool.batch_limit or cfg.batch_limit,
-            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind == "mixed" or pool.setup.interactive_first,
+            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
