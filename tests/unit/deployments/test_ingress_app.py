@@ -69,18 +69,24 @@ def _healthy(app_name: str, pools: set[str]) -> dict[str, Any]:
     return {p: {"status": "HEALTHY", "replicas": {"RUNNING": 1}} for p in pools}
 
 
-@pytest.fixture
-def client() -> Iterator[TestClient]:
+@pytest.fixture(scope="module")
+def ingress() -> Ingress:
+    """Built once (the predictor and the engines' models take seconds to load)."""
     config = _config()
     replicas = {p.deployment_name: LLMReplica(p.name, SimEngine(SimEngineConfig()),
                                               ReplicaIdentity("app", p.deployment_name, "r0"))
                 for p in config.pools}
     pools: dict[str, Any] = {name: _Handle(r) for name, r in replicas.items()}
     state = IngressState(config, pools, "app", pool_status=_healthy)
-    ingress = Ingress(config, pools, "app", state=state)
+    return Ingress(config, pools, "app", state=state)
+
+
+@pytest.fixture
+def client(ingress: Ingress) -> Iterator[TestClient]:
+    pools = dict(ingress.pools)
     with TestClient(ingress.http_app()) as c:
-        c.ingress = ingress  # type: ignore[attr-defined]
         yield c
+    ingress.pools.update(pools)
 
 
 def _auth(key: str = KEY) -> dict[str, str]:
@@ -129,8 +135,7 @@ def test_errors_keep_openais_format_and_status(client: TestClient) -> None:
     assert client.get("/health/ready").status_code == 200
 
 
-def test_a_refusal_is_a_503_with_retry_after(client: TestClient) -> None:
-    ingress: Ingress = client.ingress  # type: ignore[attr-defined]
+def test_a_refusal_is_a_503_with_retry_after(client: TestClient, ingress: Ingress) -> None:
     for name in ingress.pools:
         ingress.pools[name] = _Handle(_Shedding())  # type: ignore[assignment]
     r = client.post("/v1/completions", headers=_auth(), json={"model": MODEL, "prompt": "hi", "max_tokens": 3})
