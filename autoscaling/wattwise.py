@@ -137,13 +137,17 @@ class WattwisePolicy:
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band, reason="dynamollm planner")
 
+    def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        """A fresh plan from every layer (what observe returns until the next plan interval)."""
+        return compose({"dynamollm": self._dynamollm_layer(view, now_s)})
+
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:
             return self._last
         self._next_plan_s = now_s + self.config.plan_interval_s
-        self._last = compose({"dynamollm": self._dynamollm_layer(view, now_s)})
+        self._last = self.plan(view, now_s)
         return self._last
 
 
-def make_wattwise(**kwargs) -> WattwisePolicy:  # noqa: ANN003 - policy_kwargs from YAML
+def make_wattwise(**kwargs) -> WattwisePolicy:  # kwargs: policy_kwargs from YAML
     return WattwisePolicy(WattwiseConfig(**kwargs))
