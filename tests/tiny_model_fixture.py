@@ -6,6 +6,7 @@ it (a change to wattwise/tiny_model.py builds a new one); a fresh machine builds
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import os
 import shutil
@@ -46,17 +47,30 @@ def tiny_model() -> Path:
     return path
 
 
-def hf_greedy(model: Path, prompt: str, max_tokens: int) -> list[int]:
-    """The reference: HF transformers' greedy continuation of `prompt`, token ids."""
+@functools.cache
+def _hf_model(model: Path) -> tuple[Any, Any]:
+    """The tiny model in HF transformers, loaded once per session (the reference's inputs)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    return AutoTokenizer.from_pretrained(model), AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+
+
+@functools.cache
+def _hf_greedy(model: Path, prompt: str, max_tokens: int) -> tuple[int, ...]:
+    import torch
+
+    tokenizer, hf = _hf_model(model)
     ids = torch.tensor([tokenizer.encode(prompt)])
     with torch.no_grad():
         out = hf.generate(ids, max_new_tokens=max_tokens, min_new_tokens=max_tokens, do_sample=False)
-    return out[0, ids.shape[1]:].tolist()
+    return tuple(out[0, ids.shape[1]:].tolist())
+
+
+def hf_greedy(model: Path, prompt: str, max_tokens: int) -> list[int]:
+    """The reference: HF transformers' greedy continuation of `prompt`, token ids (greedy is
+    deterministic: computed once per session for each prompt)."""
+    return list(_hf_greedy(model, prompt, max_tokens))
 
 
 @pytest.fixture(scope="module")
