@@ -57,7 +57,9 @@ class BatchStore:
         file_id = f"file-{uuid.uuid4().hex}"
         self.db.execute("INSERT INTO files VALUES (?,?,?,?,?,?)",
                         (file_id, purpose, filename, len(content), now_s, content))
-        return self.file(file_id)
+        row = self.file(file_id)
+        assert row is not None  # just inserted
+        return row
 
     def file(self, file_id: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT id, purpose, filename, bytes, created_at FROM files WHERE id=?",
@@ -90,7 +92,9 @@ class BatchStore:
                 "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
                 [(batch_id, i, cid, json.dumps(body), "pending", None, now_s, deadline)
                  for i, (cid, body) in enumerate(lines)])
-        return self.batch(batch_id)
+        row = self.batch(batch_id)
+        assert row is not None  # just inserted
+        return row
 
     def batch(self, batch_id: str) -> dict[str, Any] | None:
         row = self.db.execute("SELECT * FROM batches WHERE id=?", (batch_id,)).fetchone()

@@ -6,13 +6,13 @@ A bad config fails `serve run` with a message naming the field, not at first req
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from prediction.predictor_config import PredictorConfig
 from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
@@ -22,6 +22,7 @@ from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
+from prediction.predictor_config import PredictorConfig
 
 
 class PoolAutoscaling(BaseModel):
@@ -155,7 +156,7 @@ def load_key_file(path: str) -> tuple[list[ApiKey], list[AdminKey]]:
     for field, model in (("api_keys", ApiKey), ("admin_keys", AdminKey)):
         entries = data.get(field) or []
         if not isinstance(entries, list):
-            raise ValueError(f"{where}: {field} must be a list")  # noqa: TRY004 (pydantic reports ValueErrors)
+            raise ValueError(f"{where}: {field} must be a list")  # (pydantic reports ValueErrors)
         for i, entry in enumerate(entries):
             try:
                 loaded[field].append(model.model_validate(entry))
@@ -170,7 +171,8 @@ def load_key_file(path: str) -> tuple[list[ApiKey], list[AdminKey]]:
 def check_keys(api_keys: list[ApiKey], admin_keys: list[AdminKey]) -> None:
     """One role per key, and one set of limits per tenant (its keys share the buckets)."""
     seen: dict[str, str] = {}
-    for field, keys in (("api_keys", api_keys), ("admin_keys", admin_keys)):
+    keyed: tuple[tuple[str, Sequence[ApiKey | AdminKey]], ...] = (("api_keys", api_keys), ("admin_keys", admin_keys))
+    for field, keys in keyed:
         for i, key in enumerate(keys):
             here = f"{field}[{i}]"
             if key.sha256 in seen:

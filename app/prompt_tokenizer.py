@@ -44,9 +44,11 @@ class HfPrompts:
         messages = getattr(body, "messages", None)
         if messages is None or self.tokenizer.chat_template is None:
             return prompt
-        return self.tokenizer.apply_chat_template(
+        rendered = self.tokenizer.apply_chat_template(
             [{"role": m.role, "content": m.text()} for m in messages], tokenize=False, add_generation_prompt=True,
         )
+        assert isinstance(rendered, str)  # tokenize=False: the text
+        return rendered
 
     def count(self, prompt: str) -> int:
         return max(len(self.tokenizer.encode(prompt)), 1)

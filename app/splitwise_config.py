@@ -33,7 +33,8 @@ class SplitwiseServeConfig(BaseModel):
         "reported load (to measure herding without reservations)."))
 
 
-_KV_ROLES = {Phase.PROMPT: {"kv_producer", "kv_both"}, Phase.TOKEN: {"kv_consumer", "kv_both"}, Phase.MIXED: {"kv_both"}}
+_KV_ROLES = {Phase.PROMPT: {"kv_producer", "kv_both"}, Phase.TOKEN: {"kv_consumer", "kv_both"},
+             Phase.MIXED: {"kv_both"}}
 
 
 def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> None:
@@ -44,11 +45,13 @@ def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> No
         return
     if len(vllm) != len(engines):
         raise ValueError("pools: phase pools must all run vLLM or all the sim engine (they hand KV to each other)")
-    connectors = {e.kv_transfer.connector for e in vllm}  # phase_engine saw that each has one
+    # phase_engine saw that each has a kv_transfer
+    connectors = {e.kv_transfer.connector for e in vllm if e.kv_transfer is not None}
     if len(connectors) > 1:
         raise ValueError(f"pools: phase pools must use one KV connector, not {sorted(connectors)}")
     shapes = {(e.model, e.tensor_parallel, e.block_size) for e in vllm}
-    if len(shapes) > 1 and vllm[0].kv_transfer.block_files:
+    first_kv = vllm[0].kv_transfer
+    if len(shapes) > 1 and first_kv is not None and first_kv.block_files:
         raise ValueError("pools: with BlockFileKVConnector every phase pool needs the same model, tensor_parallel "
                          f"and block_size; (model, TP, block size) are {sorted(shapes, key=str)}")
 

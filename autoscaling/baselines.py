@@ -13,12 +13,12 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from energy.capacity import CapacityModel
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
+from energy.capacity import CapacityModel
 
 
 class PoolPlanConfig(BaseModel):

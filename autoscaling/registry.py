@@ -16,8 +16,8 @@ from autoscaling.chiron.policy import ChironConfig, ChironPolicy
 from autoscaling.dynamollm.policy import make_dynamollm
 from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
 from autoscaling.throttllem.config import ThrottllemScalingConfig
-from autoscaling.wattwise import make_wattwise
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
+from autoscaling.wattwise import make_wattwise
 from core.policy import ControlPolicy
 
 POLICIES: dict[str, Callable[..., ControlPolicy]] = {

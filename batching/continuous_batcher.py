@@ -185,7 +185,8 @@ class ContinuousBatcher:
         blocks_needed = self._blocks_for(request.prompt_tokens + 1)
         if blocks_needed > self.kv_blocks_total:
             raise ValueError(
-                f"request {request.request_id!r} needs {blocks_needed} KV blocks; the replica has {self.kv_blocks_total}"
+                f"request {request.request_id!r} needs {blocks_needed} KV blocks; "
+                f"the replica has {self.kv_blocks_total}"
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
         self._arrivals.add(now_s, request.length_class, request.service_class == "batch")
@@ -510,7 +511,8 @@ class ContinuousBatcher:
                 # Batch work waits by design: only interactive TTFTs say the replica is late.
                 if seq.request.service_class != "batch":
                     ttft = now_s - seq.request.arrival_s
-                    self.ttft_ewma_s = ttft if self.ttft_ewma_s == 0 else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s)
+                    self.ttft_ewma_s = (ttft if self.ttft_ewma_s == 0
+                                        else self.ttft_ewma_s + alpha * (ttft - self.ttft_ewma_s))
             elif last is not None:
                 gap = now_s - last
                 if gap > seq.max_tbt_s:

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.perf_model import PerfModel
 from energy.profile import EnergyProfile, ProfilePoint
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 _ANY_SLO = SLO(ttft_s=3600, tbt_s=60)
 
@@ -43,6 +43,7 @@ def measure_point(
         out = batcher.finish_step(step)
         t = out.end_s
         for seq in out.finished:
+            assert seq.first_token_s is not None and seq.last_token_s is not None  # finished: it generated
             ttft.append(seq.first_token_s - seq.request.arrival_s)
             tbt.append((seq.last_token_s - seq.first_token_s) / max(seq.generated - 1, 1))
     power = batcher.stats(t).energy_j / t

@@ -20,7 +20,7 @@ from fastapi import FastAPI
 from fastapi.responses import StreamingResponse
 from ray import serve
 from ray.serve import Application
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from core.request import Request
 from core.slo import SLO
@@ -49,10 +49,10 @@ class BareVllm:
     def __init__(self, engine_config: dict[str, Any]) -> None:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        from engines.factory import parse_engine_config
+        from engines.factory import parse_vllm_engine_config
         from engines.vllm_engine import engine_args, set_vllm_env
 
-        config = parse_engine_config(engine_config)
+        config = parse_vllm_engine_config(engine_config)
         set_vllm_env(config)
         before = {p.pid for p in psutil.Process().children()}
         self.llm = AsyncLLM.from_engine_args(engine_args(config))
@@ -86,6 +86,7 @@ class BareIngress:
     @api.post("/v1/completions")
     async def completions(self, body: dict[str, Any]) -> Any:
         chunks = self.engine.generate.remote(body)
+        assert isinstance(chunks, DeploymentResponseGenerator)  # the handle streams
         if not body.get("stream"):
             pieces = [piece async for piece in chunks]
             return _completion("".join(t for t, _ in pieces), body["model"], sum(n for _, n in pieces))
@@ -104,7 +105,8 @@ class BareIngress:
 def build(args: dict[str, Any]) -> Application:
     """Serve's import_path target: the sim engine, or vLLM with `args["vllm"]` (an engine
     config) on `args["num_cpus"]` CPUs; LocalServe's admin keys are unused here."""
+    # mypy keeps a class decorator's input type (python/mypy#3135): the classes are Deployments.
     if "vllm" not in args:
-        return BareIngress.bind(BareEngine.bind())
-    engine = BareVllm.options(ray_actor_options={"num_cpus": args.get("num_cpus", 1)})
-    return BareIngress.bind(engine.bind(args["vllm"]))
+        return BareIngress.bind(BareEngine.bind())  # type: ignore[attr-defined]
+    engine = BareVllm.options(ray_actor_options={"num_cpus": args.get("num_cpus", 1)})  # type: ignore[attr-defined]
+    return BareIngress.bind(engine.bind(args["vllm"]))  # type: ignore[attr-defined]

@@ -17,10 +17,10 @@ import argparse
 import numpy as np
 
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.config import SimConfig
 from sim.run import simulate
 from sim.workload import batch_dump, fit_context, load_trace, synthetic
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     policy_table(args.duration_s, args.rate, args.batch_requests, args.seed)
     settled, final = convergence_s()
-    print(f"\nlocal autoscaler: batch limit settles at {final} after {settled:.0f} s (TP8, 6 req/s of 1000+200 tokens, ITL SLO 200 ms)")
+    print(f"\nlocal autoscaler: batch limit settles at {final} after {settled:.0f} s "
+          "(TP8, 6 req/s of 1000+200 tokens, ITL SLO 200 ms)")
     return 0
 
 

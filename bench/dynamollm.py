@@ -36,7 +36,7 @@ def policy_table(duration_s: float | None) -> None:
     print(f"{'policy':>12} {'kWh':>7} {'x single':>9} {'GPU-h':>7} {'SLO %':>6} {'worst class':>13} {'p99 TTFT s':>10}")
     for r in rows:
         per_class = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2}
-        worst = min(per_class, key=per_class.get)
+        worst = min(per_class, key=per_class.__getitem__)
         print(f"{r['policy']:>12} {r['energy_kwh']:>7.2f} {r['energy_j'] / base:>9.2f} {r['gpu_hours']:>7.1f} "
               f"{r['slo_attainment']['overall'] * 100:>6.1f} {worst:>4} {per_class[worst] * 100:>7.1f}% "
               f"{r['p99_ttft_s']:>10.2f}")

@@ -12,7 +12,6 @@ from sim.cli import main
 from sim.scenario import SPECS
 
 
-
 def run(argv: list[str] | None = None) -> int:
     policies = [arg for name in SPECS for arg in ("--policy", name)]
     return main(["--trace", "conv", *policies, *(sys.argv[1:] if argv is None else argv)])

@@ -16,6 +16,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import numpy as np
 import openai
@@ -83,9 +84,9 @@ async def _run(served: LocalServe, requests: int) -> list[tuple]:
     for stream in (False, True):
         for concurrency in (1, 16):
             n = requests if concurrency == 1 else requests * 4
-            d_rps, d_lat = await _measure(lambda s=stream: _direct_call(engine, s), n, concurrency)
-            b_rps, b_lat = await _measure(lambda s=stream: _http_call(bare, s), n, concurrency)
-            h_rps, h_lat = await _measure(lambda s=stream: _http_call(client, s), n, concurrency)
+            d_rps, d_lat = await _measure(partial(_direct_call, engine, stream), n, concurrency)
+            b_rps, b_lat = await _measure(partial(_http_call, bare, stream), n, concurrency)
+            h_rps, h_lat = await _measure(partial(_http_call, client, stream), n, concurrency)
             rows.append((stream, concurrency, d_rps, b_rps, h_rps, d_lat, b_lat, h_lat))
     await engine.shutdown()
     return rows
@@ -101,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     with LocalServe(edit=_with_bare_app) as served:
         rows = asyncio.run(_run(served, args.requests))
-    print(f"\nrequest: {PROMPT_WORDS} prompt tokens, {MAX_TOKENS} output tokens, sim engine TP2 (~{MAX_TOKENS} x 37 ms)")
+    print(f"\nrequest: {PROMPT_WORDS} prompt tokens, {MAX_TOKENS} output tokens, "
+          f"sim engine TP2 (~{MAX_TOKENS} x 37 ms)")
     print("p50 latency (ms) and throughput; added = over direct; ours = wattwise over bare Serve")
     print(f"{'mode':<8}{'conc':>5}{'direct':>8}{'bare':>8}{'wattwise':>10}{'bare added':>12}{'ours p50':>10}"
           f"{'ours p99':>10}{'bare rps':>10}{'ww rps':>8}{'ww/bare':>9}")
-    for stream, conc, d_rps, b_rps, h_rps, d_lat, b_lat, h_lat in rows:
+    for stream, conc, _d_rps, b_rps, h_rps, d_lat, b_lat, h_lat in rows:
         d50, b50, h50 = (np.percentile(lat, 50) * 1000 for lat in (d_lat, b_lat, h_lat))
         b99, h99 = (np.percentile(lat, 99) * 1000 for lat in (b_lat, h_lat))
         print(f"{'stream' if stream else 'unary':<8}{conc:>5}{d50:>8.1f}{b50:>8.1f}{h50:>10.1f}{b50 - d50:>12.1f}"

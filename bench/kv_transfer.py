@@ -24,8 +24,11 @@ def _actor_class():
     import ray
     import torch
     from ray.util import collective
+    from ray.util.collective.types import Backend
 
-    @ray.remote(enable_tensor_transport=True)  # Ray 2.60: a receiver without it hangs on RDT refs
+    # Ray 2.60: a receiver without enable_tensor_transport hangs on RDT refs; ray.remote's
+    # typed overloads do not list the option yet.
+    @ray.remote(enable_tensor_transport=True)  # type: ignore[call-overload]
     class Endpoint:
         def __init__(self) -> None:
             self.tensor = torch.empty(0)
@@ -45,7 +48,7 @@ def _actor_class():
             return float(tensor[-1]) + tensor.numel()
 
         def join(self, world_size: int, rank: int, group: str) -> None:
-            collective.init_collective_group(world_size, rank, backend="gloo", group_name=group)
+            collective.init_collective_group(world_size, rank, backend=Backend("gloo"), group_name=group)
 
         def send(self, dst_rank: int, group: str) -> None:
             collective.send(self.tensor, dst_rank, group_name=group)
@@ -103,8 +106,10 @@ def main(argv: list[str] | None = None) -> int:
                 "tensor transport gloo": lambda: ray.get(gloo[1].take.remote(gloo[0].via_gloo.remote())),
             }
             if pair:
-                runs["collective send/recv"] = lambda n=numel: ray.get(
-                    [pair[0].send.remote(1, "kv-sendrecv"), pair[1].recv.remote(n, 0, "kv-sendrecv")])
+                def send_recv(n: int = numel) -> object:
+                    return ray.get([pair[0].send.remote(1, "kv-sendrecv"), pair[1].recv.remote(n, 0, "kv-sendrecv")])
+
+                runs["collective send/recv"] = send_recv
             base = None
             for name, fn in runs.items():
                 times = _time(fn, args.reps)

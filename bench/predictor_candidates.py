@@ -18,12 +18,12 @@ from sklearn.feature_extraction.text import HashingVectorizer, TfidfVectorizer
 from sklearn.linear_model import LogisticRegression, Ridge, SGDClassifier
 from sklearn.preprocessing import StandardScaler
 
+from core.classes import LengthClassConfig
 from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import median_bucket
 from prediction.prompt_cues import cue_matrix
 from prediction.prompt_data import PromptPairs
-from core.classes import LengthClassConfig
 
 MAX_CHARS = 4000
 

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"iso-power budget: {limit_kw:.1f} kW provisioned ({args.budget_h100:g} DGX-H100); Table VI SLOs; "
           f"{args.duration_s:.0f} s of Poisson arrivals per point")
     print(f"{'trace':>5} {'design':>7} {'machines':>9} {'kW prov':>7} {'$/h':>5} {'req/s@SLO':>9} {'x base-H':>8} "
-          f"{'x own base':>10} {'kW mean':>7} {'req/s/$h':>8} {'TTFT p99':>8} {'TBT p50':>7} {'E2E p90':>7} {'runs':>5}")
+          f"{'x own base':>10} {'kW mean':>7} {'req/s/$h':>8} {'TTFT p99':>8} {'TBT p50':>7} {'E2E p90':>7} "
+          f"{'runs':>5}")
     for trace in args.traces.split(","):
         runs = trace_runs(trace, args.duration_s, args.seed)
         best: dict[str, Outcome] = {}

@@ -21,8 +21,8 @@ from typing import Any
 
 import openai
 
-from wattwise.local_serve import LocalServe
 from core.paths import ROOT
+from wattwise.local_serve import LocalServe
 
 CONFIG = ROOT / "serve_config.splitwise.yaml"
 MODEL = "llama2-70b-sim"
@@ -63,7 +63,7 @@ def burst(reservations: bool, requests: int, clients: int, token_replicas: int, 
         def one(i: int) -> float:
             r = client.completions.create(model=MODEL, prompt=" ".join(["word"] * (100 + i % 7)),
                                           max_tokens=max_tokens)
-            return r.model_extra["wattwise"]["ttft_s"]
+            return (r.model_extra or {})["wattwise"]["ttft_s"]
 
         start = time.monotonic()
         with ThreadPoolExecutor(clients) as pool:

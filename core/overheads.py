@@ -20,11 +20,15 @@ from pydantic import BaseModel, ConfigDict, Field
 class OverheadTable(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    create_vm_s: float = Field(default=0.0, ge=0, description="Booting a new GPU VM (Table V: 1-2 min; 0 on a warm node).")
-    init_distributed_s: float = Field(default=0.0, ge=0, description="Distributed environment set-up (Table V: ~2 min).")
-    download_weights_s: float = Field(default=0.0, ge=0, description="Fetching weights (Table V: ~3 min; 0 when cached).")
+    create_vm_s: float = Field(default=0.0, ge=0, description=(
+        "Booting a new GPU VM (Table V: 1-2 min; 0 on a warm node)."))
+    init_distributed_s: float = Field(default=0.0, ge=0, description=(
+        "Distributed environment set-up (Table V: ~2 min)."))
+    download_weights_s: float = Field(default=0.0, ge=0, description=(
+        "Fetching weights (Table V: ~3 min; 0 when cached)."))
     engine_setup_s: float = Field(default=18.0, ge=0, description="Engine start (Table V: ~18 s).")
-    install_weights_kv_s: float = Field(default=15.0, ge=0, description="Loading weights and allocating KV (Table V: ~15 s).")
+    install_weights_kv_s: float = Field(default=15.0, ge=0, description=(
+        "Loading weights and allocating KV (Table V: ~15 s)."))
     reshard_s: float = Field(default=33.0, ge=0, description=(
         "A TP change: a restart at the new TP on the same warm node (engine set-up + weights/KV)."))
     clock_change_s: float = Field(default=0.1, ge=0, description="Stall of a GPU clock change (50-200 ms).")

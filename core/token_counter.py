@@ -62,7 +62,7 @@ def load_token_counter(path: Path = TOKENIZER_FILE) -> TokenCounter:
     """The BPE counter, else the word counter with a warning naming why."""
     try:
         counter: TokenCounter = BpeTokenCounter(path)
-    except Exception as exc:  # noqa: BLE001 - any failure to load means the fallback
+    except Exception as exc:  # any failure to load means the fallback
         logger.warning("wattwise: tokenizer %s unavailable (%s: %s); sim token counts fall back to "
                        "whitespace words, which undercount a real tokenizer by ~1.3x", path, type(exc).__name__, exc)
         return WordTokenCounter()

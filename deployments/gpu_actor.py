@@ -71,7 +71,8 @@ class GpuControlActor:
 def gpu_actor_for_this_node(hardware: str = "h100-80gb"):
     """The node's actor, created on first use and pinned to this node."""
     node_id = ray.get_runtime_context().get_node_id()
-    return GpuControlActor.options(
+    # mypy keeps a class decorator's input type (python/mypy#3135): this is Ray's ActorClass.
+    return GpuControlActor.options(  # type: ignore[attr-defined]
         name=f"gpu-control-{node_id}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
     ).remote(hardware)

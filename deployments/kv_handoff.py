@@ -23,10 +23,10 @@ import ray
 from ray.exceptions import RayError
 
 from app.splitwise_config import SplitwiseServeConfig
+from batching.continuous_batcher import Sequence
 from core.request import Request
 from energy.hardware import MODELS
 from energy.kv_transfer import KVTransferModel
-from batching.continuous_batcher import Sequence
 from engines.protocol import Engine, GenerationChunk
 
 OBJECT_STORE, CONNECTOR, LOCAL, RECOMPUTED = "object_store", "connector", "local", "recomputed"
@@ -87,7 +87,7 @@ async def run_prompt(engine: Engine, request: Request, settings: SplitwiseServeC
     first = GenerationChunk(final.text, final.num_tokens,
                             ("length" if request.max_tokens <= usage.completion_tokens else "stop") if done else None,
                             usage if done else None)
-    state = {"generated": usage.completion_tokens, "first_token_s": request.arrival_s + usage.ttft_s,
+    state: dict[str, Any] = {"generated": usage.completion_tokens, "first_token_s": request.arrival_s + usage.ttft_s,
              "last_token_s": request.arrival_s + usage.e2e_s, "energy_j": usage.energy_j,
              "max_tbt_s": usage.max_tbt_s}
     if done or same_replica:

@@ -14,6 +14,8 @@ from engines.protocol import RequestUsage
 _LATENCY_BOUNDS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5, 3, 6, 12, 30, 60, 120, 300]
 _ITL_BOUNDS_S = [0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
 _REQUEST_TAGS = ("pool", "length_class", "service_class")
+# `type: ignore[arg-type]` below: Ray annotates tag_keys as Tuple[str] (exactly one key) though it
+# takes any number of keys.
 
 
 class ReplicaMetrics:
@@ -22,24 +24,24 @@ class ReplicaMetrics:
     def __init__(self, pool: str) -> None:
         self.pool = pool
         self.ttft = metrics.Histogram(
-            "wattwise_time_to_first_token_seconds", "Time to first token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS
+            "wattwise_time_to_first_token_seconds", "Time to first token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS  # type: ignore[arg-type]
         )
         self.itl = metrics.Histogram(
             "wattwise_inter_token_latency_seconds", "Mean time between tokens of a request.", _ITL_BOUNDS_S,
-            _REQUEST_TAGS,
+            _REQUEST_TAGS,  # type: ignore[arg-type]
         )
         self.e2e = metrics.Histogram(
-            "wattwise_e2e_request_latency_seconds", "Arrival to last token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS
+            "wattwise_e2e_request_latency_seconds", "Arrival to last token.", _LATENCY_BOUNDS_S, _REQUEST_TAGS  # type: ignore[arg-type]
         )
-        self.prompt_tokens = metrics.Counter("wattwise_prompt_tokens_total", "Prefilled prompt tokens.", _REQUEST_TAGS)
+        self.prompt_tokens = metrics.Counter("wattwise_prompt_tokens_total", "Prefilled prompt tokens.", _REQUEST_TAGS)  # type: ignore[arg-type]
         self.generation_tokens = metrics.Counter(
-            "wattwise_generation_tokens_total", "Generated tokens.", _REQUEST_TAGS
+            "wattwise_generation_tokens_total", "Generated tokens.", _REQUEST_TAGS  # type: ignore[arg-type]
         )
         self.request_energy = metrics.Counter(
-            "wattwise_request_energy_joules_total", "GPU energy attributed to requests.", _REQUEST_TAGS
+            "wattwise_request_energy_joules_total", "GPU energy attributed to requests.", _REQUEST_TAGS  # type: ignore[arg-type]
         )
         self.requests = metrics.Counter(
-            "wattwise_requests_total", "Finished requests by reason.", (*_REQUEST_TAGS, "finish_reason")
+            "wattwise_requests_total", "Finished requests by reason.", (*_REQUEST_TAGS, "finish_reason")  # type: ignore[arg-type]
         )
         self.energy = metrics.Gauge("wattwise_energy_joules", "GPU energy of the replica since start.", ("pool",))
         self.power = metrics.Gauge("wattwise_power_watts", "GPU power draw of the replica.", ("pool",))
@@ -53,7 +55,7 @@ class ReplicaMetrics:
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
         self.refused = metrics.Counter(
             "wattwise_requests_refused_total", "Requests the replica refused: shed at arrival or squashed.",
-            ("pool", "reason"),
+            ("pool", "reason"),  # type: ignore[arg-type]
         )
 
     def record_refusal(self, reason: str) -> None:
@@ -95,7 +97,7 @@ class IngressMetrics:
 
     def __init__(self) -> None:
         self.responses = metrics.Counter(
-            "wattwise_http_responses_total", "HTTP responses by route and status.", ("route", "status")
+            "wattwise_http_responses_total", "HTTP responses by route and status.", ("route", "status")  # type: ignore[arg-type]
         )
         self.accepted_requests = metrics.Counter(
             "wattwise_requests_accepted_total", "Requests past validation, sent to a pool.", ("route",)
@@ -103,7 +105,7 @@ class IngressMetrics:
         self.outcomes = metrics.Counter(
             "wattwise_request_outcomes_total",
             "Accepted requests by outcome: completed, error_retryable, error_final, cancelled (client left).",
-            ("route", "outcome"),
+            ("route", "outcome"),  # type: ignore[arg-type]
         )
         self.retries = metrics.Counter(
             "wattwise_request_retries_total", "Requests retried or resumed after a replica failed.", ("pool",)
@@ -111,10 +113,10 @@ class IngressMetrics:
         # Measured at the ingress: arrival to the client's last token, across resumes.
         self.e2e = metrics.Histogram(
             "wattwise_ingress_e2e_seconds", "Arrival to the client's last token of completed requests, resumes "
-            "included.", _LATENCY_BOUNDS_S, ("service_class", "resumed"))
+            "included.", _LATENCY_BOUNDS_S, ("service_class", "resumed"))  # type: ignore[arg-type]
         self.slo = metrics.Counter(
             "wattwise_ingress_slo_requests_total", "Completed requests by whether the client saw their SLO met.",
-            ("service_class", "slo_met", "resumed"))
+            ("service_class", "slo_met", "resumed"))  # type: ignore[arg-type]
         self.counts: dict[str, int] = dict.fromkeys(("accepted", "retries", *OUTCOMES), 0)
 
     def record(self, route: str, status: int) -> None:

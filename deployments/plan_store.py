@@ -144,7 +144,8 @@ class PlanStore:
 
 
 def plan_store(app_name: str):
-    return PlanStore.options(
+    # mypy keeps a class decorator's input type (python/mypy#3135): this is Ray's ActorClass.
+    return PlanStore.options(  # type: ignore[attr-defined]
         name=f"plan-{app_name}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached"
     ).remote(app_name)
 

@@ -28,8 +28,10 @@ PENDING_TOKENS_STAT = "pending_tokens"
 def request_cost_tokens(pending: PendingRequest | None) -> int:
     """prompt + predicted output of the core Request passed to generate/complete (0 if none)."""
     request: Any = pending.args[0] if pending is not None and pending.args else None
-    prompt = getattr(request, "prompt_tokens", 0)
-    return prompt + (getattr(request, "predicted_output_tokens", None) or getattr(request, "max_tokens", 0))
+    prompt: int = getattr(request, "prompt_tokens", 0)
+    predicted: int | None = getattr(request, "predicted_output_tokens", None)
+    output: int = predicted if predicted else getattr(request, "max_tokens", 0)
+    return prompt + output
 
 
 class TokenBalancedRouter(RequestRouter):

@@ -18,6 +18,6 @@ tracer = trace.get_tracer("wattwise")
 def file_exporter() -> list:
     path = os.environ.get("WATTWISE_SPANS_FILE", "/tmp/ray/wattwise_spans.jsonl")
     os.makedirs(os.path.dirname(path), exist_ok=True)
-    out = open(path, "a", buffering=1)
+    out = open(path, "a", buffering=1)  # noqa: SIM115 - open for the exporter's (the process's) lifetime
     exporter = ConsoleSpanExporter(out=out, formatter=lambda span: span.to_json(indent=None) + "\n")
     return [SimpleSpanProcessor(exporter)]

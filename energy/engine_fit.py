@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from energy.calibration import Measurement, fit_phase, mape_pct
 from energy.hardware import GpuSpec, ModelSpec
-from energy.perf_model import PerfModel
 from energy.latency_points import LatencyPoint
+from energy.perf_model import PerfModel
 
 
 def as_measurement(point: LatencyPoint, model: str, hardware: str) -> Measurement:

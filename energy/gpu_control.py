@@ -51,7 +51,9 @@ class NvmlGpu:
 
     def __init__(self, nvml: ModuleType | None = None) -> None:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         self.nvml = nvml
         try:
             nvml.nvmlInit()

@@ -41,7 +41,7 @@ class GpuSpec(BaseModel):
 
     def supported_clocks_mhz(self) -> list[int]:
         clocks = list(range(self.min_clock_mhz, self.max_clock_mhz, self.clock_step_mhz))
-        return clocks + [self.max_clock_mhz]
+        return [*clocks, self.max_clock_mhz]
 
 
 class ModelSpec(BaseModel):

@@ -5,8 +5,10 @@ energy and clock NVML saw (0 on a CPU backend: reported, not invented). What
 from __future__ import annotations
 
 import csv
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ def save_latency_csv(points: list[LatencyPoint], out: str | Path) -> None:
 
 def load_latency_csv(path: str | Path) -> list[LatencyPoint]:
     """Read what save_latency_csv wrote; a missing column names the file and the column."""
-    kinds = {f.name: (int if f.type == "int" else float) for f in fields(LatencyPoint)}
+    kinds: dict[str, Callable[[str], Any]] = {f.name: (int if f.type == "int" else float) for f in fields(LatencyPoint)}
     with open(path, newline="") as f:
         rows = list(csv.DictReader(f))
     missing = set(kinds) - set(rows[0] if rows else kinds)

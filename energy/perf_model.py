@@ -12,9 +12,13 @@ shared by the real-time sim engine and the simulator.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, overload
 
 from energy.hardware import GpuSpec, ModelSpec
 from energy.power_curve import DecodePowerCurve
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -103,12 +107,22 @@ class PerfModel:
         share = per_seq_ms / (f.d0 + per_seq_ms) if per_seq_ms > 0 else 0.0
         return self._at_clock_w(self.decode_power.power_w(share), self.gpu.token_core_power_share, clock_mhz)
 
-    def prefill_time_s(self, tokens: int, sum_sq_tokens: float, tp: int, clock_mhz: float) -> float:
+    # Scalars per step; sim.metrics passes arrays (one entry a request) to the same formulas.
+    @overload
+    def prefill_time_s(self, tokens: int, sum_sq_tokens: float, tp: int, clock_mhz: float) -> float: ...
+    @overload
+    def prefill_time_s(self, tokens: np.ndarray, sum_sq_tokens: np.ndarray, tp: int,
+                       clock_mhz: float) -> np.ndarray: ...
+    def prefill_time_s(self, tokens: Any, sum_sq_tokens: Any, tp: int, clock_mhz: float) -> Any:
         f = self._fit(tp)
         base_ms = f.p0 + f.p1 * tokens + f.p2 * sum_sq_tokens
         return base_ms * self.stretch(self.gpu.prompt_compute_share, clock_mhz) / 1000.0
 
-    def decode_time_s(self, batch: float, context_tokens: float, tp: int, clock_mhz: float) -> float:
+    @overload
+    def decode_time_s(self, batch: float, context_tokens: float, tp: int, clock_mhz: float) -> float: ...
+    @overload
+    def decode_time_s(self, batch: float, context_tokens: np.ndarray, tp: int, clock_mhz: float) -> np.ndarray: ...
+    def decode_time_s(self, batch: float, context_tokens: Any, tp: int, clock_mhz: float) -> Any:
         f = self._fit(tp)
         base_ms = f.d0 + f.d1 * batch + f.d2 * context_tokens
         return base_ms * self.stretch(self.gpu.token_compute_share, clock_mhz) / 1000.0

@@ -110,13 +110,13 @@ class EnergyProfile:
                 return p.rate_per_s
         return 0.0
 
-    def save(self, path: Path) -> None:
+    def save(self, path: str | Path) -> None:
         payload = {"model": self.model, "hardware": self.hardware, "weight_bytes": self.weight_bytes,
                    "points": [asdict(p) for p in self.points]}
         Path(path).write_text(json.dumps(payload))
 
     @classmethod
-    def load(cls, path: Path) -> EnergyProfile:
+    def load(cls, path: str | Path) -> EnergyProfile:
         data = json.loads(Path(path).read_text())
         return cls(data["model"], data["hardware"], [ProfilePoint(**p) for p in data["points"]],
                    data.get("weight_bytes"))

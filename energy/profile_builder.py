@@ -9,6 +9,7 @@ CapacityModel on the same perf model the replicas run.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 
 from core.classes import LengthClassConfig
 from energy.capacity import CapacityModel, Load
@@ -62,11 +63,11 @@ def max_feasible_rate(measure: Measure, ttft_slo_s: float, hi: float = 1000.0, i
 
 def curve(measure: Measure, top_rate: float) -> list[tuple[float, tuple[float, float, float]]]:
     """Sampled (rate, value) pairs up to `top_rate`, refined where power jumps."""
-    samples = [(f * top_rate, measure(f * top_rate)) for f in LOAD_FRACTIONS]
-    samples = [(r, v) for r, v in samples if v is not None]
+    measured = [(f * top_rate, measure(f * top_rate)) for f in LOAD_FRACTIONS]
+    samples = [(r, v) for r, v in measured if v is not None]
     for _ in range(MAX_REFINE):
-        extra = []
-        for (r0, v0), (r1, v1) in zip(samples, samples[1:]):
+        extra: list[tuple[float, tuple[float, float, float]]] = []
+        for (r0, v0), (r1, v1) in pairwise(samples):
             if abs(v1[0] - v0[0]) > POWER_JUMP * v0[0]:
                 mid = (r0 + r1) / 2
                 value = measure(mid)

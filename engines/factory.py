@@ -41,6 +41,14 @@ def parse_engine_config(data: dict[str, Any]) -> SimEngineConfig | VllmEngineCon
     return _ADAPTER.validate_python(data)
 
 
+def parse_vllm_engine_config(data: dict[str, Any]) -> VllmEngineConfig:
+    """An engine config that must be vLLM's (`kind: vllm`)."""
+    config = parse_engine_config(data)
+    if not isinstance(config, VllmEngineConfig):
+        raise ValueError(f"a vLLM engine config (kind: vllm) is needed, not kind {engine_kind(config)!r}")
+    return config
+
+
 def context_tokens(config: SimEngineConfig | VllmEngineConfig) -> int:
     """The longest prompt + output the pool's model takes."""
     if isinstance(config, VllmEngineConfig):

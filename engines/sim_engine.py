@@ -18,14 +18,21 @@ from autoscaling.splitwise.config import MachineConfig
 from autoscaling.splitwise.machine import machine_policies
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
+from batching.continuous_batcher import (
+    AdmissionPolicy,
+    BatcherConfig,
+    ClockPolicy,
+    ContinuousBatcher,
+    PreemptionPolicy,
+    Sequence,
+)
+from batching.hook_chains import chain_admission, chain_clock, chain_preemption
 from core.overheads import OverheadTable
 from core.request import Request
 from core.stats import ReplicaStats
 from core.token_counter import default_token_counter
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Sequence
-from batching.hook_chains import chain_admission, chain_clock, chain_preemption
-from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 from energy.calibration import default_perf_model
+from engines.protocol import GenerationChunk, RequestSquashed, RequestUsage
 
 # Request metadata: the continuation of a request another replica started (deployments.
 # resume) begins at this output token, so its deterministic text goes on where it stopped.
@@ -100,14 +107,16 @@ class SimEngine:
             ),
         )
         # Every paper's hooks run as ordered chains: none replaces another's.
-        admissions, clocks, preemptions = [], [], []
+        admissions: list[AdmissionPolicy | None] = []
+        clocks: list[ClockPolicy | None] = []
+        preemptions: list[PreemptionPolicy | None] = []
         if config.throttllem is not None:
-            admission, clock_policy = replica_policies(perf, self.batcher.config, config.throttllem)
-            admissions.append(admission)
+            throttle_admission, clock_policy = replica_policies(perf, self.batcher.config, config.throttllem)
+            admissions.append(throttle_admission)
             clocks.append(clock_policy)
         if config.splitwise is not None:
-            admission, preemption = machine_policies(config.splitwise)
-            admissions.append(admission)
+            headroom_admission, preemption = machine_policies(config.splitwise)
+            admissions.append(headroom_admission)
             preemptions.append(preemption)
         self.batcher.admission = chain_admission(admissions)
         self.batcher.clock_policy = chain_clock(clocks)

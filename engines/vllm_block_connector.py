@@ -76,7 +76,7 @@ def _store_trigger(request: Request) -> str | None:
 
 class BlockFileKVConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole,
-                 kv_cache_config: KVCacheConfig | None = None) -> None:
+                 kv_cache_config: KVCacheConfig) -> None:
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         self._block_size = vllm_config.cache_config.block_size
         self._ranks = vllm_config.parallel_config.tensor_parallel_size
@@ -123,8 +123,9 @@ class BlockFileKVConnector(KVConnectorBase_V1):
         scheduled = [(r.req_id, r.block_ids[0]) for r in scheduler_output.scheduled_new_reqs]
         cached = scheduler_output.scheduled_cached_reqs
         scheduled += [  # resumed after vLLM's own preemption: its block list is all new
-            (rid, cached.new_block_ids[i][0])
-            for i, rid in enumerate(cached.req_ids) if rid in cached.resumed_req_ids and rid in self._loads
+            (rid, blocks[0])
+            for rid, blocks in zip(cached.req_ids, cached.new_block_ids)
+            if blocks is not None and rid in cached.resumed_req_ids and rid in self._loads
         ]
         for rid, block_ids in scheduled:
             first, keys = self._loads.pop(rid, (0, []))

@@ -86,11 +86,14 @@ class VllmEngineConfig(BaseModel):
         "Requests the admission gate lets into the engine at start; the autoscaler moves it later."))
     max_num_seqs: int = Field(default=256, gt=0, description=(
         "vLLM's static batch cap (max_num_seqs): the highest batch limit the gate can hand it."))
-    max_model_len: int = Field(default=2048, gt=0, description="vLLM's max_model_len: longest context (prompt plus output, tokens).")
+    max_model_len: int = Field(default=2048, gt=0, description=(
+        "vLLM's max_model_len: longest context (prompt plus output, tokens)."))
     max_num_batched_tokens: int | None = Field(default=None, gt=0, description=(
         "vLLM's max_num_batched_tokens (tokens per engine step); None: vLLM's default."))
-    dtype: str = Field(default="auto", description="vLLM's dtype of the weights and activations (auto, bfloat16, float16, ...).")
-    enforce_eager: bool = Field(default=False, description="vLLM's enforce_eager: no CUDA graphs (faster start, slower steps).")
+    dtype: str = Field(default="auto", description=(
+        "vLLM's dtype of the weights and activations (auto, bfloat16, float16, ...)."))
+    enforce_eager: bool = Field(default=False, description=(
+        "vLLM's enforce_eager: no CUDA graphs (faster start, slower steps)."))
     block_size: int | None = Field(default=None, gt=0, description=(
         "vLLM's KV block size (tokens); None: vLLM's default. Prompt and token pools that hand KV "
         "over must share it."))

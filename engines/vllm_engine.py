@@ -81,7 +81,9 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(
-        model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype, seed=config.seed,
+        # dtype: a free string in our config; vLLM validates the name.
+        model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype,  # type: ignore[arg-type]
+        seed=config.seed,
         tensor_parallel_size=config.tensor_parallel, distributed_executor_backend=config.executor_backend,
         max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens, enforce_eager=config.enforce_eager,
@@ -107,7 +109,7 @@ class VllmEngine:
         kv = config.effective_kv_transfer
         # Our connector's files: a directory of the engine's own unless one is configured.
         self.blocks = BlockFiles(kv.storage_path, config.tensor_parallel) if kv and kv.block_files else None
-        self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if self.blocks else kv
+        self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if kv and self.blocks else kv
         vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
         group = None
         if config.executor_backend == "ray":
@@ -238,7 +240,8 @@ class VllmEngine:
         freed by preemptions cover every interactive waiter (this one included)."""
         if self.gate.urgent_waiting + 1 <= len(self._preempting):
             return
-        victims = [rid for rid, r in self._admitted.items() if r.service_class == "batch" and rid not in self._preempting]
+        victims = [rid for rid, r in self._admitted.items()
+                   if r.service_class == "batch" and rid not in self._preempting]
         if victims:
             self._preempting.add(victims[-1])
             if (vllm_id := self._vllm_ids.get(victims[-1])) is not None:  # else it stops before starting

@@ -55,7 +55,7 @@ def held_gpu_ids(placement_group: Any | None, timeout_s: float = 60.0) -> list[i
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     @ray.remote(num_cpus=0)
-    def gpus_here() -> list[str]:
+    def gpus_here() -> list[int] | list[str]:
         return ray.get_gpu_ids()
 
     probes = [

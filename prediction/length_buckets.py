@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import dataclass
+from itertools import pairwise
 
 from core.classes import LengthClassConfig
 
@@ -21,7 +22,7 @@ class LengthBuckets:
 
     def __post_init__(self) -> None:
         e = self.edges_tokens
-        if len(e) < 3 or e[0] != 0 or any(b <= a for a, b in zip(e, e[1:])):
+        if len(e) < 3 or e[0] != 0 or any(b <= a for a, b in pairwise(e)):
             raise ValueError(f"bucket edges must start at 0 and increase, with >= 2 buckets: {e}")
 
     @classmethod
@@ -34,7 +35,8 @@ class LengthBuckets:
     @classmethod
     def from_length_classes(cls, lengths: LengthClassConfig, l_max_tokens: int) -> LengthBuckets:
         """DynamoLLM's output sizes S / M / L as three buckets (L capped at l_max for its midpoint)."""
-        return cls((0, lengths.output_short_lt, lengths.output_medium_lt, max(l_max_tokens, lengths.output_medium_lt + 1)))
+        return cls((0, lengths.output_short_lt, lengths.output_medium_lt,
+                    max(l_max_tokens, lengths.output_medium_lt + 1)))
 
     @property
     def n(self) -> int:

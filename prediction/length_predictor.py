@@ -80,7 +80,8 @@ class BucketLengthPredictor:
 
     def seed_errors(self, held_out: PromptPairs) -> None:
         """Start the rolling error from a held-out evaluation, so the margin is known before traffic."""
-        for bucket, actual in zip(self.predict_buckets(held_out.prompts, held_out.prompt_tokens), held_out.output_tokens):
+        predicted = self.predict_buckets(held_out.prompts, held_out.prompt_tokens)
+        for bucket, actual in zip(predicted, held_out.output_tokens):
             self.errors.record(self.buckets.midpoint_tokens(int(bucket)), actual)
 
     @property

@@ -17,9 +17,11 @@ from core.classes import LengthClassConfig
 class OutputLengthPredictor(Protocol):
     """`request_id` pairs a prediction with its observed length, for online learning."""
 
-    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "", request_id: str | None = None) -> int: ...
+    def predict(self, prompt_tokens: int, max_tokens: int, text: str = "",
+                request_id: str | None = None) -> int: ...
 
-    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int, request_id: str | None = None) -> None: ...
+    def observe(self, prompt_tokens: int, output_tokens: int, predicted: int,
+                request_id: str | None = None) -> None: ...
 
 
 class BucketMedianPredictor:

@@ -17,8 +17,8 @@ from core.efficiency import joules_per_generated_token
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.simulator import RawRun
 from sim.records import CLASS_NAMES, RequestLog
+from sim.simulator import RawRun
 
 J_PER_KWH = 3.6e6
 PERCENTILES = (50, 90, 99)
@@ -95,7 +95,8 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "by_length_class": {c: _group(log, log.length_class == i, met) for i, c in enumerate(CLASS_NAMES)
                             if (log.length_class == i).any()},
         "by_service_class": {s: _group(log, log.interactive == flag, met)
-                             for s, flag in (("interactive", True), ("batch", False)) if (log.interactive == flag).any()},
+                             for s, flag in (("interactive", True), ("batch", False))
+                             if (log.interactive == flag).any()},
     }
 
 

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 
 from app.offload import ClusterLoad, TransferCost, Waiting, offload_to_idle
 from app.token_ledger import TokenLedger
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Step, StepOutput
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Step, StepOutput
 
 BATCH_SLO = SLO(ttft_s=3600.0, tbt_s=2.0)  # offline batch: only completion time matters
 
@@ -79,7 +79,8 @@ class MultiClusterSim:
         self.rate_tokens_per_s = _nominal_tokens_per_s(self.batchers[0])
         self.ledger = TokenLedger(n_clusters)
         self.requests = [
-            Request(str(i), max(int(p), 1), max(int(o), 1), 0.0, BATCH_SLO, "batch", target_output_tokens=max(int(o), 1))
+            Request(str(i), max(int(p), 1), max(int(o), 1), 0.0, BATCH_SLO, "batch",
+                    target_output_tokens=max(int(o), 1))
             for i, (p, o) in enumerate(zip(prompt_tokens, output_tokens))
         ]
         self.predicted = [max(int(p), 1) for p in predicted_output_tokens]
@@ -101,6 +102,7 @@ class MultiClusterSim:
         while self._heap:
             now, k = heapq.heappop(self._heap)
             step = self._steps[k]
+            assert step is not None  # one heap entry per step in flight
             batcher = self.batchers[k]
             kv_token_s += batcher.kv_blocks_used * batcher.config.block_size * step.time_s
             self._account(k, step, batcher.finish_step(step))
@@ -108,7 +110,8 @@ class MultiClusterSim:
             end_s = max(end_s, now)
             self._kick(k, now)
         n = len(self.requests)
-        return MultiClusterResult(end_s, n / end_s if end_s else 0.0, kv_token_s, tuple(self.served_tokens), self.offloaded)
+        return MultiClusterResult(end_s, n / end_s if end_s else 0.0, kv_token_s, tuple(self.served_tokens),
+                                  self.offloaded)
 
     def _account(self, k: int, step: Step, out: StepOutput) -> None:
         account_step(self.ledger, step, out)
@@ -127,8 +130,11 @@ class MultiClusterSim:
 
     def _take_offload(self, k: int, now: float) -> Step | None:
         """Cluster k drained its queue: announce it and take what pays to move."""
+        offload = self.offload
+        if offload is None:
+            return None
         busy = [self._load(j) for j in range(len(self.batchers)) if j != k and self.batchers[j].waiting]
-        moves = offload_to_idle(self._load(k), busy, self.offload)
+        moves = offload_to_idle(self._load(k), busy, offload)
         if not moves:
             return None
         start_s = now
@@ -137,7 +143,7 @@ class MultiClusterSim:
             self.batchers[move.from_cluster].abort(move.request_id)
             self.ledger.move(move.request_id, k)
             self.batchers[k].add(request, now)
-            start_s = max(start_s, now + self.offload.seconds(request.prompt_tokens))
+            start_s = max(start_s, now + offload.seconds(request.prompt_tokens))
         self.offloaded += len(moves)
         return self.batchers[k].plan_step(start_s)
 

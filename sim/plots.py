@@ -7,10 +7,10 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
 
-from sim.simulator import RawRun  # noqa: E402
+from sim.simulator import RawRun
 
 
 def log_seconds_axis(axis: matplotlib.axis.Axis) -> None:
@@ -40,7 +40,8 @@ def plot_runs(runs: dict[str, RawRun], out_dir: Path) -> list[Path]:
     ax.legend()
     save(fig, "energy.png")
 
-    for field, ylabel, name in (("ready", "ready replicas", "replicas.png"), ("clock_mhz", "mean clock (MHz)", "clock.png")):
+    for field, ylabel, name in (("ready", "ready replicas", "replicas.png"),
+                                ("clock_mhz", "mean clock (MHz)", "clock.png")):
         fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.2 * len(runs)), sharex=True, squeeze=False)
         for ax, (policy, raw) in zip(axes[:, 0], runs.items()):
             t = np.asarray(raw.series.t_s) / 60

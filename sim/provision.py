@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,8 +28,8 @@ from energy.calibration import default_perf_model
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
-from sim.simulator import PoolSetup, Simulator
 from sim.metrics import slowdown_percentiles
+from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimConfig, SplitwiseSimulator
 from sim.workload import Workload, scale_time
 
@@ -161,7 +161,7 @@ def at_rate(w: Workload, factor: float) -> Workload:
     return w if factor == 1.0 else scale_time(w, 1.0 / factor)
 
 
-def _pool(name: str, machine: MachineType, config: SimConfig, count: int, **kwargs: object) -> PoolSetup:
+def _pool(name: str, machine: MachineType, config: SimConfig, count: int, **kwargs: Any) -> PoolSetup:
     return PoolSetup(name, tuple(LengthClassConfig.names()), GPUS_PER_MACHINE,
                      machine.clock_mhz(config.model, config.profile), count, **kwargs)
 
@@ -232,7 +232,8 @@ class GridPoint:
     simulated: bool
 
 
-def frontier(meets: Callable[[int, int], bool], max_prompt: int, max_token: int) -> tuple[dict[int, int], list[GridPoint]]:
+def frontier(meets: Callable[[int, int], bool], max_prompt: int,
+             max_token: int) -> tuple[dict[int, int], list[GridPoint]]:
     """For each prompt count, the fewest token machines meeting the SLOs (simulated), and
     every grid point classified (simulated, or inferred by monotonicity)."""
     first: dict[int, int] = {}
@@ -321,7 +322,8 @@ def max_rate_factor(meets_at: Callable[[float], bool], start: float = 1.0, rel_t
     return lo
 
 
-def budget_splits(design: Design, budget: Callable[[int, int], float], limit: float, max_prompt: int) -> list[tuple[int, int]]:
+def budget_splits(design: Design, budget: Callable[[int, int], float], limit: float,
+                  max_prompt: int) -> list[tuple[int, int]]:
     """Per prompt count, the most token machines within the budget (baselines: the most machines)."""
     if not design.split:
         n = max((m for m in range(1, max_prompt + 1) if budget(m, 0) <= limit + 1e-9), default=0)

@@ -47,6 +47,13 @@ class SimReplica:
         return self.batcher
 
     @property
+    def ready_batcher(self) -> ContinuousBatcher:
+        """The batcher of a replica that became ready (a starting replica has none)."""
+        if self.batcher is None:
+            raise RuntimeError(f"replica {self.replica_id} of {self.pool} is not ready yet")
+        return self.batcher
+
+    @property
     def load(self) -> int:
         b = self.batcher
         return len(b.waiting) + len(b.running) if b is not None else 0

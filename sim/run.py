@@ -7,9 +7,9 @@ from collections.abc import Callable
 from typing import Any
 
 from sim.config import SimConfig
-from sim.simulator import RawRun, Simulator
 from sim.metrics import summarise
 from sim.scenario import SIMULATORS, build
+from sim.simulator import RawRun, Simulator
 from sim.workload import Workload
 
 

@@ -16,17 +16,17 @@ from functools import partial
 import numpy as np
 
 from app.config import default_pools
-from energy.capacity import CapacityModel, Load
-from autoscaling.registry import make_policy
-from autoscaling.throttllem.config import ThrottllemConfig
-from autoscaling.throttllem.replica_policies import replica_policies
 from autoscaling.chiron.local import LocalAutoscalerConfig
+from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
+from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.replica_policies import replica_policies
 from core.classes import LengthClassConfig
 from core.policy import ControlPolicy
 from core.roles import Phase, ReplicaKind
 from energy.calibration import default_perf_model
+from energy.capacity import CapacityModel, Load
 from sim.config import SimConfig
 from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimulator
@@ -100,7 +100,8 @@ def peak_load(w: Workload, mask: np.ndarray, window_s: float) -> Load:
     if len(arrivals) == 0:
         return Load(0.0, 0.0, 0.0)
     counts = np.bincount((arrivals // window_s).astype(np.int64))
-    return Load(float(counts.max()) / window_s, float(w.prompt_tokens[mask].mean()), float(w.output_tokens[mask].mean()))
+    return Load(float(counts.max()) / window_s, float(w.prompt_tokens[mask].mean()),
+                float(w.output_tokens[mask].mean()))
 
 
 def provision(
@@ -134,8 +135,10 @@ def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> 
     return [
         PoolSetup("pool-interactive", everything, MAX_TP, clock, peak.replicas, kind=ReplicaKind.INTERACTIVE,
                   local_autoscaler=local),
-        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind=ReplicaKind.MIXED, local_autoscaler=local),
-        PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind=ReplicaKind.BATCH, local_autoscaler=local),
+        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind=ReplicaKind.MIXED,
+                  local_autoscaler=local),
+        PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind=ReplicaKind.BATCH,
+                  local_autoscaler=local),
     ]
 
 

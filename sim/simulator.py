@@ -10,18 +10,19 @@ ClusterPlan and applies it with the overheads a real cluster pays.
 from __future__ import annotations
 
 import heapq
-from enum import IntEnum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import IntEnum
 
 import numpy as np
 
 from app.classify import Classifier
+from app.route import WeightedRouter
 from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from autoscaling.chiron.queue_summary import summarise_queue
-from app.route import WeightedRouter
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
@@ -29,10 +30,9 @@ from core.request import Request
 from core.roles import Phase, ReplicaKind
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
 from energy.perf_model import PerfModel
-from sim.config import SimConfig
 from prediction.predictor_confusion import default_predictor_error
+from sim.config import SimConfig
 from sim.length_prediction import predicted_by_predictor, predicted_with_noise
 from sim.records import CLASS_INDEX, RequestLog, Series
 from sim.replica import SimReplica, State
@@ -184,19 +184,23 @@ class Simulator:
                 self._arrive(i, now)
                 i += 1
                 continue
-            if self.unfinished == 0 and i >= n or not heap:
+            if (self.unfinished == 0 and i >= n) or not heap:
                 break
             now, _, kind, replica = heapq.heappop(heap)
             if now > horizon:
                 break
             if kind == Event.STEP_END:
+                assert isinstance(replica, SimReplica)
                 self._step_end(replica, now)
             elif kind == Event.WAKE:
+                assert isinstance(replica, SimReplica)
                 replica.wake_pending = False
                 self._kick(replica, now)
             elif kind == Event.READY:
+                assert isinstance(replica, SimReplica)
                 self._ready(replica, now)
             elif kind == Event.CALL:
+                assert callable(replica)
                 replica(now)
             elif kind == Event.CONTROL:
                 self._control(now)
@@ -219,7 +223,8 @@ class Simulator:
         out = int(w.output_tokens[i])
         request, pool_name = self.classifier.classify(
             request_id=str(i), prompt_tokens=int(w.prompt_tokens[i]), max_tokens=out,
-            predicted_output_tokens=int(self.predicted[i]), service_class="interactive" if w.interactive[i] else "batch",
+            predicted_output_tokens=int(self.predicted[i]),
+            service_class="interactive" if w.interactive[i] else "batch",
             arrival_s=now, target_output_tokens=out,
         )
         log = self.log
@@ -251,17 +256,17 @@ class Simulator:
 
     @staticmethod
     def _has_room(pool: Pool) -> bool:
-        return any(r.state is State.READY and r.load < r.batcher.batch_limit for r in pool.replicas)
+        return any(r.state is State.READY and r.load < r.ready_batcher.batch_limit for r in pool.replicas)
 
     def _requeue_preempted_batch(self, r: SimReplica) -> None:
         """Chiron: batch requests an interactive one preempted on a mixed replica go back
         to the global queue (first in it), to run wherever capacity frees up."""
-        for seq in [s for s in r.batcher.waiting if s.request.service_class == "batch" and s.preempted_here]:
-            self.preempted[seq.request_id] = r.batcher.evict(seq.request_id)
+        for seq in [s for s in r.ready_batcher.waiting if s.request.service_class == "batch" and s.preempted_here]:
+            self.preempted[seq.request_id] = r.ready_batcher.evict(seq.request_id)
             self.batch_queue.appendleft(seq.request)
 
     def _drain_batch_queue(self, now: float) -> None:
-        for kind in ("batch", "mixed"):
+        for kind in (ReplicaKind.BATCH, ReplicaKind.MIXED):
             pool = self.kinds.get(kind)
             while pool is not None and self.batch_queue and self._has_room(pool):
                 self._dispatch(pool, self.batch_queue.popleft(), now)
@@ -281,9 +286,9 @@ class Simulator:
         prior = self.preempted.pop(request.request_id, None)
         try:
             if prior is None:
-                best.batcher.add(request, now)
+                best.ready_batcher.add(request, now)
             else:  # resumes from its tokens: their KV is recomputed, none is emitted twice
-                best.batcher.resume(request, prior, now, kv_present=False)
+                best.ready_batcher.resume(request, prior, now, kv_present=False)
         except ValueError:  # larger than the replica's whole KV cache
             self._reject(int(request.request_id))
             return
@@ -298,7 +303,7 @@ class Simulator:
                 r.wake_pending = True
                 self._push(r.stall_until_s, Event.WAKE, r)
             return
-        step = r.batcher.plan_step(now)
+        step = r.ready_batcher.plan_step(now)
         if step is None:
             if r.state is State.DRAINING:
                 self._stop(r, now)
@@ -307,7 +312,8 @@ class Simulator:
         self._push(step.end_s, Event.STEP_END, r)
 
     def _step_end(self, r: SimReplica, now: float) -> None:
-        out = r.batcher.finish_step(r.step)
+        assert r.step is not None  # a STEP_END event follows the step _kick started
+        out = r.ready_batcher.finish_step(r.step)
         r.step = None
         for seq in out.finished:
             self._complete(r, seq, now)
@@ -345,12 +351,14 @@ class Simulator:
         cfg = self.config
         r.clock_mhz = pool.clock_mhz
         local = pool.setup.local_autoscaler
-        if local is not None:
-            r.local_autoscaler = LocalBatchAutoscaler(local)
+        autoscaler = LocalBatchAutoscaler(local) if local is not None else None
+        if autoscaler is not None:
+            r.local_autoscaler = autoscaler
         batcher = r.become_ready(BatcherConfig(
             tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
-            batch_limit=r.local_autoscaler.limit if local else pool.batch_limit or cfg.batch_limit,
-            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens, interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
+            batch_limit=autoscaler.limit if autoscaler is not None else pool.batch_limit or cfg.batch_limit,
+            max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens,
+            interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
@@ -384,7 +392,7 @@ class Simulator:
             deployments[pool.name] = DeploymentView(
                 name=pool.name, current_replicas=len(ready), target_replicas=len(ready) + starting,
                 min_replicas=pool.setup.min_replicas, max_replicas=pool.setup.max_replicas,
-                replica_stats=tuple(r.batcher.stats(now) for r in ready),
+                replica_stats=tuple(r.ready_batcher.stats(now) for r in ready),
                 queued_outside=float(len(pool.outside)),
             )
         if self.kinds:
@@ -468,9 +476,10 @@ class Simulator:
 
     def _charge_clock_change(self, r: SimReplica, now: float) -> None:
         """A clock the plan moved stalls the replica (OverheadTable.clock_change_s)."""
-        if r.batcher.clock_mhz != r.clock_mhz:
-            r.clock_mhz = r.batcher.clock_mhz
-            r.stall_until_s = max(now, r.step.end_s if r.step is not None else now) + self.config.overheads.clock_change_s
+        if r.ready_batcher.clock_mhz != r.clock_mhz:
+            r.clock_mhz = r.ready_batcher.clock_mhz
+            step_end_s = r.step.end_s if r.step is not None else now
+            r.stall_until_s = max(now, step_end_s) + self.config.overheads.clock_change_s
 
     def _reconcile(self, pool: Pool, now: float) -> None:
         """Move the pool toward `target` replicas at its TP, replacing other-TP ones."""
@@ -519,7 +528,7 @@ class Simulator:
             s.starting[pool.name].append(sum(1 for r in pool.replicas if r.state is State.STARTING))
             s.tp[pool.name].append(pool.tp)
             s.clock_mhz[pool.name].append(
-                sum(r.batcher.clock_mhz for r in ready) / len(ready) if ready else float(pool.clock_mhz)
+                sum(r.ready_batcher.clock_mhz for r in ready) / len(ready) if ready else float(pool.clock_mhz)
             )
             s.queued[pool.name].append(
                 len(pool.outside) + sum(len(r.batcher.waiting) for r in pool.replicas if r.batcher is not None)

@@ -28,13 +28,13 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
 from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
+from batching.continuous_batcher import Sequence
 from core.request import Request
 from core.roles import Phase
 from energy.kv_transfer import KVTransferConfig, KVTransferModel
 from energy.perf_model import PerfModel
-from batching.continuous_batcher import Sequence
-from sim.simulator import Event, Pool, Simulator
 from sim.replica import SimReplica, State
+from sim.simulator import Event, Pool, Simulator
 
 
 class SplitwiseSimConfig(BaseModel):
@@ -79,10 +79,10 @@ class SplitwiseSimulator(Simulator):
         if r.state is not State.READY:
             return
         sched = self.splitwise.scheduling
-        r.batcher.preemption = AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)
+        r.ready_batcher.preemption = AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)
         home = PROMPT if self.pools[r.pool].setup.kind is Phase.PROMPT else TOKEN
         if home is TOKEN:
-            r.batcher.admission = KvHeadroomAdmission(sched.token_kv_headroom)
+            r.ready_batcher.admission = KvHeadroomAdmission(sched.token_kv_headroom)
         self.scheduler.add_replica(r.replica_id, home)
 
     def _stop(self, r: SimReplica, now: float) -> None:
@@ -97,7 +97,7 @@ class SplitwiseSimulator(Simulator):
         self._token_phase[request.request_id] = (request, assignment.token)
         prompt_phase = replace(request, max_tokens=1, target_output_tokens=1)
         try:
-            prompt_replica.batcher.add(prompt_phase, now)
+            prompt_replica.ready_batcher.add(prompt_phase, now)
         except ValueError:  # larger than the replica's whole KV cache
             self._reject(i)
             self._token_phase.pop(request.request_id)
@@ -138,7 +138,7 @@ class SplitwiseSimulator(Simulator):
     def _land(self, request: Request, prior: Sequence, token: Placement, kv_present: bool, now: float) -> None:
         """The KV arrived (or the transfer timed out): the token replica takes over."""
         r = self.all_replicas[token.replica_id]
-        r.batcher.resume(request, prior, now, kv_present)
+        r.ready_batcher.resume(request, prior, now, kv_present)
         self._land_ticket(r, token.ticket, now)
         self._kick(r, now)
 
@@ -150,7 +150,7 @@ class SplitwiseSimulator(Simulator):
         self._report(r, now)
 
     def _report(self, r: SimReplica, now: float) -> None:
-        stats = r.batcher.stats(now)
+        stats = r.ready_batcher.stats(now)
         self.scheduler.ledger.report(r.replica_id, stats.pending_prompt_tokens + stats.pending_decode_tokens)
 
     def _control(self, now: float) -> None:

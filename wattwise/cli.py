@@ -5,13 +5,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from core.paths import SERVE_CONFIG
 
 if TYPE_CHECKING:
-    from energy.perf_model import PerfModel
     from energy.latency_points import LatencyPoint
+    from energy.perf_model import PerfModel
 
 USAGE = """usage: wattwise COMMAND [ARGS]
 
@@ -64,21 +65,21 @@ def _calibrate(argv: list[str]) -> int:
           f"{'power W':>8} {'pred':>6} {'J/tok':>6} {'pred':>6}")
     for h in results:
         for p in h.predictions:
-            r = p.row
-            print(f"{h.profile:<27} {h.split:<18} {r.model_id.split('/')[-1]:<24} {r.max_num_seqs:>5} "
-                  f"{r.itl_ms:>7.1f} {p.itl_ms:>6.1f} {r.power_w:>8.0f} {p.power_w:>6.0f} "
-                  f"{r.j_per_token:>6.3f} {p.j_per_token:>6.3f}")
+            row = p.row
+            print(f"{h.profile:<27} {h.split:<18} {row.model_id.split('/')[-1]:<24} {row.max_num_seqs:>5} "
+                  f"{row.itl_ms:>7.1f} {p.itl_ms:>6.1f} {row.power_w:>8.0f} {p.power_w:>6.0f} "
+                  f"{row.j_per_token:>6.3f} {p.j_per_token:>6.3f}")
     return 0
 
 
 def _profile(argv: list[str]) -> int:
     import argparse
 
+    from batching.profile_sweep import sweep
     from energy.calibration import default_perf_model
     from energy.hardware import GPUS
     from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS
     from energy.profile_builder import build_profile
-    from batching.profile_sweep import sweep
 
     p = argparse.ArgumentParser(prog="wattwise profile", description="Write an energy profile for DynamoLLM.")
     p.add_argument("--out", required=True, help="JSON path; give it to the dynamollm policy as profile_path")
@@ -224,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         print(USAGE)
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
+    run: Callable[[list[str]], int]
     if command == "demo":
         from wattwise.demo import main as run
     elif command == "simulate":

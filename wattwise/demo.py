@@ -16,22 +16,24 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import openai
-
+import pydantic
 import yaml
 
 from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
+from core.paths import SERVE_CONFIG
 from sim.config import SimConfig
-from sim.simulator import PoolSetup, Simulator
 from sim.metrics import summarise as summarise_run
 from sim.scenario import build
+from sim.simulator import PoolSetup, Simulator
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
-from core.paths import SERVE_CONFIG
 
 MODEL = "llama2-70b-sim"
 MAX_CONTEXT_TOKENS = 8192
@@ -48,15 +50,23 @@ class Outcome:
     client_ttft_s: float | None = None
 
 
-async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt: int, out: int, stream: bool) -> Outcome:
+def _extra(body: pydantic.BaseModel) -> dict[str, Any]:
+    """The fields of an OpenAI object the API does not define (our server's additions)."""
+    return body.model_extra or {}
+
+
+async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt: int, out: int,
+               stream: bool) -> Outcome:
     await asyncio.sleep(max(0.0, start + arrival - time.monotonic()))
     sent = time.monotonic()
     text = " ".join(["token"] * prompt)
     try:
         if not stream:
             resp = await client.completions.create(model=MODEL, prompt=text, max_tokens=out)
-            return Outcome(arrival, "ok", False, resp.model_extra.get("wattwise"), resp.usage.model_extra["energy_j"],
-                           resp.usage.completion_tokens)
+            usage = resp.usage
+            assert usage is not None  # the server reports usage on every completion
+            return Outcome(arrival, "ok", False, _extra(resp).get("wattwise"), _extra(usage)["energy_j"],
+                           usage.completion_tokens)
         result = Outcome(arrival, "ok", True)
         chunks = await client.completions.create(
             model=MODEL, prompt=text, max_tokens=out, stream=True, stream_options={"include_usage": True}
@@ -64,10 +74,10 @@ async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt:
         async for chunk in chunks:
             if chunk.choices and chunk.choices[0].text and result.client_ttft_s is None:
                 result.client_ttft_s = time.monotonic() - sent
-            if chunk.model_extra.get("wattwise"):
-                result.report = chunk.model_extra["wattwise"]
+            if _extra(chunk).get("wattwise"):
+                result.report = _extra(chunk)["wattwise"]
             if chunk.usage:
-                result.energy_j = chunk.usage.model_extra["energy_j"]
+                result.energy_j = _extra(chunk.usage)["energy_j"]
                 result.completion_tokens = chunk.usage.completion_tokens
         return result
     except openai.APIError as exc:
@@ -121,7 +131,7 @@ def fleet_energy_j(samples: list[FleetSample]) -> float:
 
 
 def gpu_hours(samples: list[FleetSample]) -> float:
-    return sum(a.gpus * (b.t_s - a.t_s) for a, b in zip(samples, samples[1:])) / 3600.0
+    return sum(a.gpus * (b.t_s - a.t_s) for a, b in pairwise(samples)) / 3600.0
 
 
 async def replay(served: LocalServe, trace: str, start_s: float, duration_s: float, stream_fraction: float,
@@ -148,13 +158,14 @@ async def replay(served: LocalServe, trace: str, start_s: float, duration_s: flo
 
 def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
     ok = [o for o in outcomes if o.status == "ok" and o.report]
+    reports = [o.report for o in ok if o.report]
     errors: dict[str, int] = defaultdict(int)
     for o in outcomes:
         if o.status != "ok":
             errors[o.status] += 1
     per_class: dict[str, list[bool]] = defaultdict(list)
-    for o in ok:
-        per_class[o.report["length_class"]].append(o.report["slo_met"])
+    for report in reports:
+        per_class[report["length_class"]].append(report["slo_met"])
     tokens = sum(o.completion_tokens for o in ok)
     fleet_j = fleet_energy_j(samples)
     peak: dict[str, int] = defaultdict(int)
@@ -165,10 +176,10 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
         "requests": len(outcomes),
         "completed": len(ok),
         "errors": dict(errors),
-        "slo_attainment": sum(o.report["slo_met"] for o in ok) / max(len(ok), 1),
+        "slo_attainment": sum(r["slo_met"] for r in reports) / max(len(ok), 1),
         "slo_attainment_per_class": {c: sum(v) / len(v) for c, v in sorted(per_class.items())},
-        "p99_ttft_s": float(np.percentile([o.report["ttft_s"] for o in ok], 99)) if ok else None,
-        "p99_mean_tbt_s": float(np.percentile([o.report["mean_tbt_s"] for o in ok], 99)) if ok else None,
+        "p99_ttft_s": float(np.percentile([r["ttft_s"] for r in reports], 99)) if ok else None,
+        "p99_mean_tbt_s": float(np.percentile([r["mean_tbt_s"] for r in reports], 99)) if ok else None,
         "j_per_token": joules_per_generated_token(fleet_j, tokens),
         "attributed_j_per_token": sum(o.energy_j for o in ok) / max(tokens, 1),
         "energy_j": fleet_j,

@@ -96,7 +96,7 @@ class LocalServe:
         with open(self.log_path, "a") as log:
             subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
 
-    def start(self, timeout_s: float = 240) -> LocalServe:
+    def start(self, timeout_s: float = 240) -> Self:
         self._run(
             _bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
             f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",

@@ -47,7 +47,8 @@ def prepare_smollm2(out_dir: Path = DEFAULT_DIR) -> Path:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.architectures = ["LlamaForCausalLM"]
-    model = LlamaForCausalLM(config).to(torch.float32)
+    # transformers wraps Module.to so that mypy reads its first parameter as the model.
+    model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
     model.load_state_dict(loaded.state_dict())
     model.eval()
     out_dir = Path(out_dir).expanduser()

@@ -25,7 +25,8 @@ class ChironConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     interactive: str = Field(default="pool-interactive", description="Deployment of the interactive replicas.")
-    mixed: str = Field(default="pool-mixed", description="Deployment of the mixed replicas (interactive first, batch fills).")
+    mixed: str = Field(default="pool-mixed", description=(
+        "Deployment of the mixed replicas (interactive first, batch fills)."))
     batch: str = Field(default="pool-batch", description="Deployment of the batch replicas.")
     queue: str = Field(default="batch-queue", description="The deployment reporting the global batch queue.")
     theta: float = Field(default=1 / 3, gt=0, lt=1, description=(
@@ -64,7 +65,7 @@ class ChironPolicy:
         busy = sum(1 for d in (inter, mixed) for s in d.replica_stats if s.interactive_running > 0)
         ibp = busy / total if total else 1.0
         wanted = max(math.ceil(busy / cfg.theta), 2)
-        if total and cfg.theta - cfg.delta <= ibp <= cfg.theta + cfg.delta or wanted == total:
+        if (total and cfg.theta - cfg.delta <= ibp <= cfg.theta + cfg.delta) or wanted == total:
             self._low_since_s = None
             return current
         if wanted < total:

@@ -14,7 +14,7 @@ def summarise_queue(queue: list[QueuedBatchRequest], lengths: OutputLengthStats,
     groups = group_requests(queue, window_s)
     if len(groups) > MAX_GROUPS:  # fold the latest deadlines into the last group
         tail = groups[MAX_GROUPS - 1:]
-        groups = groups[:MAX_GROUPS - 1] + [RequestGroup(tail[0].deadline_s, sum(g.count for g in tail))]
+        groups = [*groups[:MAX_GROUPS - 1], RequestGroup(tail[0].deadline_s, sum(g.count for g in tail))]
     metrics = {"batch_queue_length": float(len(queue)), "output_mean_tokens": lengths.mean,
                "output_std_tokens": lengths.std}
     for i, g in enumerate(groups):
@@ -29,5 +29,5 @@ def groups_from_metrics(metrics: dict[str, float]) -> list[RequestGroup]:
         count = metrics.get(f"group.{i}.count")
         if count is None:
             break
-        groups.append(RequestGroup(metrics[f"group.{i}.deadline_s"], int(round(count))))
+        groups.append(RequestGroup(metrics[f"group.{i}.deadline_s"], round(count)))
     return groups

@@ -114,7 +114,8 @@ class DynamoLLMPolicy:
         self.profile = profile
         self.max_clock = max(profile.clocks_mhz)
         self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)
-        self.pools = {name: PoolState(list(classes), clock_mhz=self.max_clock) for name, classes in config.pools.items()}
+        self.pools = {name: PoolState(list(classes), clock_mhz=self.max_clock)
+                      for name, classes in config.pools.items()}
         self._start_s: float | None = None  # first observation: epochs count from here
         self._next_cluster_s = self._next_pool_s = self._next_instance_s = 0.0
         self._class_rates: dict[str, float] = {}
@@ -252,7 +253,7 @@ class DynamoLLMPolicy:
     def _handle_overload(self, name: str, pool: PoolState, dep: DeploymentView | None, gpus_free: int) -> int:
         if pool.instances == 0:
             return self._serve_stranded(pool, dep, gpus_free)
-        if dep is None or not dep.replica_stats or pool.spill_to is None and gpus_free < pool.tp:
+        if dep is None or not dep.replica_stats or (pool.spill_to is None and gpus_free < pool.tp):
             return gpus_free
         queued = dep.queued_outside + sum(s.queued_requests for s in dep.replica_stats)
         # TTFT averages over every class in the pool: judge it by the lead class's target.
@@ -309,9 +310,9 @@ class DynamoLLMPolicy:
         if now_s >= self._next_instance_s:
             gpus_free = self.config.cluster_gpus - sum(p.instances * p.tp for p in self.pools.values())
             for name, pool in self.pools.items():
-                dep = view.deployments.get(name)
-                gpus_free = self._handle_overload(name, pool, dep, gpus_free)
-                self._instance_epoch(name, pool, dep, demands[name])
+                pool_dep = view.deployments.get(name)
+                gpus_free = self._handle_overload(name, pool, pool_dep, gpus_free)
+                self._instance_epoch(name, pool, pool_dep, demands[name])
             self._next_instance_s = now_s + self.config.instance_epoch_s
         return self._shadowed(self._plan(), view, now_s)
 
@@ -338,8 +339,11 @@ class DynamoLLMPolicy:
 
     def _serving(self, name: str) -> str:
         """`name`, or the first larger pool that has instances."""
-        while self.pools[name].instances == 0 and self.pools[name].spill_to is not None:
-            name = self.pools[name].spill_to
+        while self.pools[name].instances == 0:
+            spill_to = self.pools[name].spill_to
+            if spill_to is None:
+                break
+            name = spill_to
         return name
 
     def _plan(self) -> ClusterPlan:

@@ -57,10 +57,11 @@ def solve_pool(
             continue
         for clock in clocks:
             for rate in _levels(profile, length_class, tp, clock, load_per_s, gpus // tp):
-                if not profile.meets(length_class, tp, clock, rate, slo, headroom):
+                point = profile.at(length_class, tp, clock, rate)
+                if point is None or not profile.meets(length_class, tp, clock, rate, slo, headroom):
                     continue
                 n = math.ceil(load_per_s / rate - 1e-9) if load_per_s > 0 else 1
-                power = profile.at(length_class, tp, clock, rate)[0]
+                power = point[0]
                 options.append((tp, clock, rate, n, power))
     if not options:
         return None
@@ -104,11 +105,11 @@ def _milp(options, gpus: int, load: float, idle_w: float, single_tp: bool, time_
         status = prob.solve(pulp.PULP_CBC_CMD(msg=False, timeLimit=time_limit_s))
     if pulp.LpStatus[status] != "Optimal":
         raise _SolverFailed(pulp.LpStatus[status])
-    chosen = [(o, int(round(x[i].value() or 0))) for i, o in enumerate(options) if (x[i].value() or 0) > 0.5]
+    chosen = [(o, round(x[i].value() or 0)) for i, o in enumerate(options) if (x[i].value() or 0) > 0.5]
     if not chosen:
         raise _SolverFailed("empty solution")
     # Report the TP with most instances (one TP per pool by default).
-    (tp, clock, rate, _, power), n = max(chosen, key=lambda c: c[1] * c[0][0])
+    (tp, clock, rate, _, _), n = max(chosen, key=lambda c: c[1] * c[0][0])
     used = sum(cnt * o[0] for o, cnt in chosen)
     total = sum(cnt * o[4] for o, cnt in chosen) + (gpus - used) * idle_w
     return PoolConfigChoice(tp, n, clock, rate, total, "milp")

@@ -10,7 +10,8 @@ the search, so the planner never loses to one of them on the profile's terms.
 
 Load per class is the trailing peak of the interactive rates replicas report, times a
 margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
-fills spare capacity behind interactive work, so it needs capacity on average only). Instances grow at once and shrink only after the smaller count held for
+fills spare capacity behind interactive work, so it needs capacity on average only). Instances
+grow at once and shrink only after the smaller count held for
 `downscale_hold_s`; a TP change happens at a pool epoch when the watts it saves over the
 epoch pay the reconfiguration (the shared overhead table), or at once when the current
 TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,

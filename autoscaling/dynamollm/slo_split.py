@@ -29,15 +29,17 @@ def should_split(
     only the GPUs it needs (up to `gpus` in total), so idle GPUs favour neither."""
     strictest = SLO(ttft_s=min(s.ttft_s for s in slos.values()), tbt_s=min(s.tbt_s for s in slos.values()))
     shared = _smallest_pool(profile, length_class, sum(loads_per_s.values()), strictest, gpus)
-    separate_w = 0.0
+    separate_w: float | None = None  # None: the services do not fit apart
+    total_w = 0.0
     gpus_left = gpus
     for service, load in sorted(loads_per_s.items(), key=lambda kv: -kv[1]):
         choice = _smallest_pool(profile, length_class, load, slos[service], gpus_left)
         if choice is None:
-            separate_w = None
             break
-        separate_w += choice[1]
+        total_w += choice[1]
         gpus_left -= choice[0]
+    else:
+        separate_w = total_w
     shared_w = shared[1] if shared else None
     separate = separate_w is not None and (shared_w is None or separate_w < shared_w)
     return SplitDecision(separate, shared_w, separate_w)

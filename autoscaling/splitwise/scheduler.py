@@ -72,7 +72,8 @@ class SplitwiseScheduler:
             best = self._least_loaded(role)
             if best is not None and self.ledger.pending_tokens(best) <= threshold:
                 return best
-            if best is not None and (fallback is None or self.ledger.pending_tokens(best) < self.ledger.pending_tokens(fallback)):
+            if best is not None and (fallback is None
+                                     or self.ledger.pending_tokens(best) < self.ledger.pending_tokens(fallback)):
                 fallback = best
         lender = opposite(phase)
         lendable = sum(1 for r in self.role.values() if r is lender) > self.config.min_home_replicas

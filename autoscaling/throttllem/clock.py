@@ -31,11 +31,11 @@ class ThrottllemClock:
         board = p.scoreboard
         if len(board) == 0:
             return None
-        clocks = p.table.clocks_mhz
+        clocks = p.synced_table.clocks_mhz
         if board.lost.any():
             return float(clocks[-1])
         projection = p.project()
-        index = lowest_passing_clock(p.table, p.lookup(projection), projection, board.deadline_s, board.lost,
+        index = lowest_passing_clock(p.synced_table, p.lookup(projection), projection, board.deadline_s, board.lost,
                                      now_s, p.tbt_s, p.headroom)
         return float(clocks[index])
 

@@ -5,8 +5,9 @@ virtual time: for each batch size it spawns that many requests whose lengths fil
 random share of the KV cache by their last iteration, at a clock drawn at random per
 measurement (held for the whole measurement). Once every prompt is prefilled, a monitor
 logs (TP, batch, KV blocks, clock, iterations/s) every `sample_s`: M models the decode
-iterations admission control projects, so the prefill warm-up is not a sample. On a GPU the same loop drives the real engine;
-here the modelled GPU stands in, so the learned model is judged against the sim engine.
+iterations admission control projects, so the prefill warm-up is not a sample. On a GPU the
+same loop drives the real engine; here the modelled GPU stands in, so the learned model is
+judged against the sim engine.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.perf_model import PerfModel
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 _ANY_SLO = SLO(ttft_s=3600, tbt_s=60)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
@@ -58,15 +59,18 @@ def measure(
     prompt = max(ctx - output - batcher.config.block_size, 1)
     for i in range(batch):
         batcher.add(Request(str(i), prompt, output, 0.0, _ANY_SLO), 0.0)
-    rows = []
+    rows: list[tuple[float, float, float, float, float]] = []
     t = 0.0
     while batcher.waiting or any(s.in_prefill for s in batcher.running):  # warm-up: not sampled
-        t = batcher.finish_step(batcher.plan_step(t)).end_s
+        warm_up = batcher.plan_step(t)
+        assert warm_up is not None  # prompts are waiting
+        t = batcher.finish_step(warm_up).end_s
     window_start = t
     iters = 0
     batch_s = kv_s = 0.0  # time integrals over the window
     while batcher.has_work():
         step = batcher.plan_step(t)
+        assert step is not None  # has_work()
         running, kv = len(batcher.running), batcher.kv_blocks_used
         batcher.finish_step(step)
         t = step.end_s

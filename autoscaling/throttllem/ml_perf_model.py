@@ -21,8 +21,8 @@ from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error, r2_score
 
-from energy.calibration import default_perf_model
 from autoscaling.throttllem.ips_profiling import IpsSamples, profile_ips
+from energy.calibration import default_perf_model
 
 # Feature order: tp, batch, kv_blocks, clock_mhz (IpsSamples.features).
 MONOTONE = (0, -1, -1, 1)

@@ -112,16 +112,23 @@ class ReplicaProjector:
     def mark_lost(self, request_id: str) -> None:
         self._lost_ids.add(request_id)
 
+    @property
+    def synced_table(self) -> IpsTable:
+        """The IPS table of the last sync (the projector is only read after one)."""
+        if self.table is None:
+            raise RuntimeError("ReplicaProjector read before its first sync()")
+        return self.table
+
     def project(self) -> Projection:
         return self.scoreboard.project(self.now_iter)
 
     def lookup(self, projection: Projection) -> Lookup:
-        return self.table.lookup(projection.batch.astype(np.float64), projection.kv_blocks.astype(np.float64))
+        return self.synced_table.lookup(projection.batch.astype(np.float64), projection.kv_blocks.astype(np.float64))
 
     def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
                  at: Lookup | None = None) -> Verdict:
-        return check(self.table, clock_index, at or self.lookup(projection), projection, self.scoreboard.deadline_s,
-                     now_s, self.tbt_s if tbt_s is None else tbt_s, self.headroom)
+        return check(self.synced_table, clock_index, at or self.lookup(projection), projection,
+                     self.scoreboard.deadline_s, now_s, self.tbt_s if tbt_s is None else tbt_s, self.headroom)
 
     def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
-        return self.check_at(len(self.table.clocks_mhz) - 1, projection, now_s, tbt_s)
+        return self.check_at(len(self.synced_table.clocks_mhz) - 1, projection, now_s, tbt_s)

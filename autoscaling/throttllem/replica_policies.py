@@ -13,10 +13,10 @@ from autoscaling.throttllem.admission import ThrottllemAdmission
 from autoscaling.throttllem.clock import ThrottllemClock
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable
-from autoscaling.throttllem.projector import ReplicaProjector
-from energy.calibration import default_perf_model
 from autoscaling.throttllem.ml_perf_model import default_ips_model
+from autoscaling.throttllem.projector import ReplicaProjector
 from batching.continuous_batcher import BatcherConfig
+from energy.calibration import default_perf_model
 from energy.perf_model import PerfModel
 
 
