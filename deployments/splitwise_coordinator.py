@@ -71,7 +71,8 @@ class SplitwiseCoordinator:
                     continue
         uids = list(self.actors)
         stats = await asyncio.gather(
-            *(asyncio.wait_for(await_ref(self.actors[u].record_routing_stats.remote()), self.settings.report_period_s * 4)
+            *(asyncio.wait_for(await_ref(self.actors[u].record_routing_stats.remote()),
+                               self.settings.report_period_s * 4)
               for u in uids), return_exceptions=True)
         for uid, reported in zip(uids, stats, strict=True):
             if not isinstance(reported, dict):
@@ -88,7 +89,7 @@ class SplitwiseCoordinator:
         while True:
             try:
                 await self._poll_once()
-            except Exception:  # noqa: BLE001 - a bad round must not end the polling
+            except Exception:  # a bad round must not end the polling
                 self.counts["poll_errors"] += 1
             self._first_poll.set()
             await asyncio.sleep(self.settings.report_period_s)

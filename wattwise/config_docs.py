@@ -134,7 +134,7 @@ def _section(model: type[BaseModel]) -> list[str]:
     for name, field in model.model_fields.items():
         lines.append(f"| `{name}` | {_type_name(field.annotation)} | {_cell(_default(field))} | "
                      f"{_cell(_constraints(field))} | {_cell(field.description or NO_DESCRIPTION)} |")
-    return lines + [""]
+    return [*lines, ""]
 
 
 def models(root: type[BaseModel]) -> list[type[BaseModel]]:
@@ -157,7 +157,8 @@ def render(root: type[BaseModel] | None = None) -> str:
     found = models(root)
     missing = sum(1 for m in found for f in m.model_fields.values() if not f.description)
     total = sum(len(m.model_fields) for m in found)
-    lines = HEADER.splitlines() + [
+    lines = [
+        *HEADER.splitlines(),
         "", f"{len(found)} models, {total} fields ({total - missing} described, {missing} without a description).", "",
         "Models: " + ", ".join(f"[{m.__name__}](#{m.__name__.lower()})" for m in found) + ".", ""]
     for model in found:
