@@ -5,7 +5,7 @@
 
 One batch of held-out ShareGPT prompts (predicted by the default text predictor, true
 response lengths as outputs) with skewed lengths (`--long-share` of them drawn from
-responses of >= 300 words) is dispatched over 2-9 clusters, each a Llama2-70B TP8
+responses of >= 470 tokens, about 300 words) is dispatched over 2-9 clusters, each a Llama2-70B TP8
 replica on the shared ContinuousBatcher with batch limit 2-10. Compared in the same
 run: count-balanced round-robin (Mico's Q-bar), token-balanced with the predictor,
 with true buckets (oracle), and with the predictor plus back-off offloading. Both
@@ -21,19 +21,19 @@ import numpy as np
 
 from app.dispatch import Query, round_robin, token_balanced
 from app.offload import TransferCost
-from prediction.predictor_config import PredictorConfig, make_predictor
-from prediction.prompt_data import load_pairs, split_by_conversation
 from core.classes import LengthClassConfig
+from prediction.predictor_config import PredictorConfig, make_bucket_predictor
+from prediction.prompt_data import load_pairs, split_by_conversation
 from sim.multicluster import ClusterSpec, MultiClusterResult, MultiClusterSim
 
-LONG_WORDS = 300
+LONG_TOKENS = 470  # ~300 words (1.56 tokens per word in these responses), the threshold first used
 
 
 def skewed_sample(n: int, long_share: float, rng: np.random.Generator) -> tuple[list[int], list[int], list[str]]:
     """Indices into the held-out pairs: `long_share` of them with long responses."""
     _, held = split_by_conversation(load_pairs())
     out = np.array(held.output_tokens)
-    long_idx, short_idx = np.flatnonzero(out >= LONG_WORDS), np.flatnonzero(out < LONG_WORDS)
+    long_idx, short_idx = np.flatnonzero(out >= LONG_TOKENS), np.flatnonzero(out < LONG_TOKENS)
     picks = np.where(rng.random(n) < long_share, rng.choice(long_idx, n), rng.choice(short_idx, n))
     return ([held.prompt_tokens[i] for i in picks], [held.output_tokens[i] for i in picks],
             [held.prompts[i] for i in picks])
@@ -44,7 +44,8 @@ def run_config(spec: ClusterSpec, n_clusters: int, prompts: list[int], outputs: 
     weights = [1] * n_clusters
 
     def queries(bucket_of) -> list[Query]:
-        return [Query(str(i), p, int(b), buckets.midpoint_tokens(int(b))) for i, (p, b) in enumerate(zip(prompts, bucket_of))]
+        return [Query(str(i), p, int(b), buckets.midpoint_tokens(int(b)))
+                for i, (p, b) in enumerate(zip(prompts, bucket_of))]
 
     predicted = queries(predicted_buckets)
     oracle = queries([buckets.label(o) for o in outputs])
@@ -69,11 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="batch sizes 2, 6, 10 only")
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    predictor = make_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig(), 200)
+    predictor = make_bucket_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig())
     buckets = predictor.buckets
     batch_sizes = [2, 6, 10] if args.quick else list(range(2, 11))
     grid = [(k, b, 800) for k in (2, 3, 6, 9) for b in batch_sizes] + [(3, 3, n) for n in (200, 500, 1000)]
-    print(f"held-out ShareGPT, {args.long_share:.0%} long (>= {LONG_WORDS} words); Llama2-70B TP8 per cluster; "
+    print(f"held-out ShareGPT, {args.long_share:.0%} long (>= {LONG_TOKENS} tokens); Llama2-70B TP8 per cluster; "
           "ratios vs round-robin in the same run")
     print(f"{'clusters':>8} {'batch':>5} {'queries':>7} {'RR q/s':>7} {'TB/RR':>6} {'oracle/RR':>9} "
           f"{'TB+off/RR':>9} {'KV TB/RR':>8} {'imbal RR':>8} {'imbal TB':>8} {'moved':>5}")

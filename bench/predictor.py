@@ -5,10 +5,10 @@
 The shipped ShareGPT pairs split three ways by conversation (prediction.prompt_data.split_three_way):
 every model fits on train; hyper-parameters and the default were chosen on the validation
 split (python -m bench.predictor_sweep); this scores the test split, in Mico's 10 buckets
-of 70 words and DynamoLLM's S / M / L. Baselines use the same train split: its majority
+of l_max / 10 tokens and DynamoLLM's S / M / L. Baselines use the same train split: its majority
 bucket, and the median output of its prompts of the same input size (what
 BucketMedianPredictor converges to). "majority bucket (all pairs)" is the baseline issue 19
-used: the majority over all shipped pairs. Lengths are words (= sim tokens).
+used: the majority over all shipped pairs. Lengths are tokens (core.token_counter).
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import time
 
 import numpy as np
 
-from prediction.length_buckets import LengthBuckets
-from prediction.predictor_config import PredictorConfig, make_predictor
-from prediction.prompt_data import load_pairs, split_three_way
-from bench.predictor_candidates import BASELINES, CANDIDATES, labels, majority_bucket
+from bench.predictor_candidates import BASELINES, CANDIDATES, Predict, labels, majority_bucket
 from bench.predictor_sweep import scores
 from core.classes import LengthClassConfig
+from prediction.length_buckets import LengthBuckets
+from prediction.predictor_config import PredictorConfig, make_bucket_predictor
+from prediction.prompt_data import load_pairs, split_three_way
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,27 +34,29 @@ def main(argv: list[str] | None = None) -> int:
     pairs = load_pairs()
     split = split_three_way(pairs)
     print(f"train {len(split.train)} pairs, validation {len(split.validation)} (chose hyper-parameters), "
-          f"test {len(split.test)} (scored here); split by conversation; unit: words = sim tokens")
-    schemes = {"10 x 70 words": LengthBuckets.uniform(700, 10),
-               "S/M/L": LengthBuckets.from_length_classes(lengths, 700)}
-    rows = {name: lambda tr, b, te, f=f: f(tr, b, te) for name, f in BASELINES.items()}
+          f"test {len(split.test)} (scored here); split by conversation; unit: tokens (core.token_counter)")
+    l_max = PredictorConfig().l_max_tokens
+    schemes = {f"10 x {l_max // 10} tokens": LengthBuckets.uniform(l_max, 10),
+               "S/M/L": LengthBuckets.from_length_classes(lengths, l_max)}
+    rows: dict[str, Predict] = dict(BASELINES)
     rows["majority bucket (all pairs)"] = lambda tr, b, te: majority_bucket(pairs, b, te)
     rows |= {c.name: c.predict for c in CANDIDATES}
     header = " ".join(f"{s + ' exact':>19} {'within1':>8}" for s in schemes)
     print(f"{'predictor':>36} {header}  predicted buckets (10)")
     for name, predict in rows.items():
-        cells, spread = [], ""
-        for scheme, buckets in schemes.items():
+        cells: list[float] = []
+        spread = ""
+        for buckets in schemes.values():
             pred = predict(split.train, buckets, split.test)
             cells += scores(pred, labels(buckets, split.test))
             if buckets.n == 10:
                 spread = " ".join(str(n) for n in np.bincount(pred, minlength=buckets.n))
         print(f"{name:>36} {cells[0]:>19.3f} {cells[1]:>8.3f} {cells[2]:>19.3f} {cells[3]:>8.3f}  {spread}", flush=True)
-    truth = " ".join(str(n) for n in np.bincount(labels(schemes["10 x 70 words"], split.test), minlength=10))
+    truth = " ".join(str(n) for n in np.bincount(labels(schemes[f"10 x {l_max // 10} tokens"], split.test), minlength=10))
     print(f"{'(actual test buckets)':>36} {'':>66}  {truth}")
 
     start = time.perf_counter()
-    predictor = make_predictor(PredictorConfig(online_sample_rate=0.0), lengths, 200)
+    predictor = make_bucket_predictor(PredictorConfig(online_sample_rate=0.0), lengths)
     train_s = time.perf_counter() - start
     latencies = []
     for text, tokens in zip(split.test.prompts[: args.latency_samples], split.test.prompt_tokens):

@@ -15,10 +15,11 @@ import itertools
 
 import numpy as np
 
-from prediction.length_buckets import LengthBuckets
-from prediction.prompt_data import load_pairs, split_three_way
 from bench.predictor_candidates import CANDIDATES, labels
 from core.classes import LengthClassConfig
+from prediction.length_buckets import LengthBuckets
+from prediction.predictor_config import PredictorConfig
+from prediction.prompt_data import load_pairs, split_three_way
 
 
 def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
@@ -29,15 +30,16 @@ def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
 def main(argv: list[str] | None = None) -> int:
     argparse.ArgumentParser(prog="python -m bench.predictor_sweep", description=__doc__).parse_args(argv)
     split = split_three_way(load_pairs())
-    uniform = LengthBuckets.uniform(700, 10)
-    classes = LengthBuckets.from_length_classes(LengthClassConfig(), 700)
+    l_max = PredictorConfig().l_max_tokens
+    uniform = LengthBuckets.uniform(l_max, 10)
+    classes = LengthBuckets.from_length_classes(LengthClassConfig(), l_max)
     print(f"train {len(split.train)} pairs, validation {len(split.validation)}; scores on validation")
     print(f"{'candidate':>36} {'params':>28} {'10 exact':>9} {'within1':>8} {'SML exact':>10} {'within1':>8}")
     for candidate in CANDIDATES:
         best: tuple[float, str] | None = None
         for values in itertools.product(*candidate.grid.values()):
             params = dict(zip(candidate.grid, values))
-            row = []
+            row: list[float] = []
             for buckets in (uniform, classes):
                 pred = candidate.predict(split.train, buckets, split.validation, **params)
                 row += scores(pred, labels(buckets, split.validation))

@@ -13,13 +13,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from core.classes import LengthClassConfig
 from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import BucketLengthPredictor
 from prediction.predict import BucketMedianPredictor, OutputLengthPredictor
 from prediction.prompt_data import PROMPTS_FILE, load_pairs, split_three_way
 from prediction.transformer_bucket_model import TransformerBucketModel
-from core.classes import LengthClassConfig
 
 
 class PredictorConfig(BaseModel):
@@ -33,7 +33,7 @@ class PredictorConfig(BaseModel):
         description="'uniform': Mico's N buckets of l_max / N; 'length_classes': DynamoLLM's S / M / L outputs.")
     n_buckets: int = Field(default=10, ge=2, description="Uniform buckets (Mico §4.1.1: 10).")
     l_max_tokens: int = Field(
-        default=700, gt=0, description="Top of the last uniform bucket: the longest training response (690 words) "
+        default=1100, gt=0, description="Top of the last uniform bucket: the longest training response (1,065 tokens) "
         "rounded up; longer ones go to the last bucket.")
     model_path: str | None = Field(
         default=None, description="transformer: directory of a fine-tuned sequence classifier.")
@@ -60,10 +60,18 @@ class PredictorConfig(BaseModel):
 def make_predictor(config: PredictorConfig, lengths: LengthClassConfig, prior_tokens: int) -> OutputLengthPredictor:
     if config.kind == "bucket_median":
         return BucketMedianPredictor(lengths, prior_tokens, config.error_window)
+    return make_bucket_predictor(config, lengths)
+
+
+def make_bucket_predictor(config: PredictorConfig, lengths: LengthClassConfig) -> BucketLengthPredictor:
+    """A model-backed predictor (kind hashed_text or transformer), its errors seeded."""
+    if config.kind == "bucket_median":
+        raise ValueError("predictor kind 'bucket_median' has no bucket model")
     buckets = config.length_buckets(lengths)
     split = split_three_way(load_pairs(Path(config.data_path) if config.data_path else PROMPTS_FILE))
     model: TransformerBucketModel | HashedBucketModel
     if config.kind == "transformer":
+        assert config.model_path is not None  # PredictorConfig's validator
         model = TransformerBucketModel(config.model_path, buckets.n)
     else:
         model = HashedBucketModel(buckets.n, seed=config.seed)

@@ -8,9 +8,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from prediction.length_buckets import LengthBuckets
-from prediction.predictor_config import PredictorConfig, make_predictor
 from core.classes import LengthClassConfig
+from prediction.length_buckets import LengthBuckets
+from prediction.predictor_config import PredictorConfig, make_bucket_predictor
 
 
 @dataclass(frozen=True)
@@ -35,5 +35,5 @@ class PredictorError:
 
 @lru_cache(maxsize=1)
 def default_predictor_error() -> PredictorError:
-    predictor = make_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig(), 200)
+    predictor = make_bucket_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig())
     return PredictorError(predictor.buckets, predictor.errors.confusion())

@@ -19,7 +19,8 @@ PROMPTS_FILE = DATA / "prompts" / "sharegpt_pairs.jsonl"
 
 @dataclass(frozen=True)
 class PromptPairs:
-    """Aligned lists; lengths in words (= tokens of the sim engine, see data/prompts/README.md)."""
+    """Aligned lists; lengths in tokens as core.token_counter counts them (the ingress's and
+    the sim engine's count, so predictions and length classes share one unit)."""
 
     prompts: list[str]
     prompt_tokens: list[int]
@@ -31,16 +32,16 @@ class PromptPairs:
 
     def subset(self, keep: list[bool]) -> PromptPairs:
         pick = [i for i, k in enumerate(keep) if k]
-        return PromptPairs(*([field[i] for i in pick] for field in
-                             (self.prompts, self.prompt_tokens, self.output_tokens, self.conv_ids)))
+        return PromptPairs([self.prompts[i] for i in pick], [self.prompt_tokens[i] for i in pick],
+                           [self.output_tokens[i] for i in pick], [self.conv_ids[i] for i in pick])
 
 
 def load_pairs(path: Path = PROMPTS_FILE) -> PromptPairs:
     rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
     return PromptPairs(
         [r["prompt"] for r in rows],
-        [max(int(r["prompt_words"]), 1) for r in rows],
-        [max(int(r["response_words"]), 1) for r in rows],
+        [max(int(r["prompt_tokens"]), 1) for r in rows],
+        [max(int(r["response_tokens"]), 1) for r in rows],
         [str(r["conv_id"]) for r in rows],
     )
 
