@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
             if buckets.n == 10:
                 spread = " ".join(str(n) for n in np.bincount(pred, minlength=buckets.n))
         print(f"{name:>36} {cells[0]:>19.3f} {cells[1]:>8.3f} {cells[2]:>19.3f} {cells[3]:>8.3f}  {spread}", flush=True)
-    truth = " ".join(str(n) for n in np.bincount(labels(schemes[f"10 x {l_max // 10} tokens"], split.test), minlength=10))
+    test_labels = labels(schemes[f"10 x {l_max // 10} tokens"], split.test)
+    truth = " ".join(str(n) for n in np.bincount(test_labels, minlength=10))
     print(f"{'(actual test buckets)':>36} {'':>66}  {truth}")
 
     start = time.perf_counter()

@@ -40,7 +40,7 @@ class Load:
             try:
                 self._one(stream)
                 self.done.append(time.monotonic())
-            except Exception as exc:  # noqa: BLE001 - every failure counts
+            except Exception as exc:  # every failure counts
                 self.failed.append(repr(exc))
 
     def __enter__(self) -> Self:

@@ -173,7 +173,7 @@ class LiveCluster:
                 handle = ray.get_actor(name, namespace=namespace)
                 node = ray.get(handle.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id()),
                                timeout=60)
-            except Exception:  # noqa: BLE001 - an actor dying or restarting right now
+            except Exception:  # an actor dying or restarting right now
                 continue
             where.setdefault(node, []).append(label)
         return where

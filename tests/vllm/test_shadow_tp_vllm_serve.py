@@ -15,11 +15,11 @@ from typing import Any
 import openai
 import pytest
 
+from core.paths import ROOT
 from tests.live_app import in_replica, served_with_driver
 from tests.shadow_load import Load, pin_and_watch, pools
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
-from core.paths import ROOT
 from wattwise.tiny_model import tiny_engine_config
 
 pytestmark = pytest.mark.ray
@@ -30,7 +30,7 @@ PROMPT = "Return the number of items in the"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
+def served(tiny_model: Path) -> Iterator[LocalServe]:
     def edit(config: dict[str, Any]) -> None:
         app = config["applications"][0]
         app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 300, "handover_s": 3})
@@ -47,7 +47,7 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
         yield local
 
 
-def test_vllm_pool_moves_to_tp2_by_shadow_deployment(served: LocalServe, tiny_model: Path) -> None:  # noqa: F811
+def test_vllm_pool_moves_to_tp2_by_shadow_deployment(served: LocalServe, tiny_model: Path) -> None:
     status = pools(served)
     assert status["pool-cpu"]["serving"] and status["pool-cpu-tp2"]["replicas"].get("RUNNING", 0) == 0
     with Load(served.base_url, MODEL, max_tokens=8, threads=1) as load:

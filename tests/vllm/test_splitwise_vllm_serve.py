@@ -14,9 +14,9 @@ from typing import Any
 import openai
 import pytest
 
+from core.paths import ROOT
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
-from core.paths import ROOT
 from wattwise.tiny_model import stdlib_docstrings, tiny_engine_config
 
 pytestmark = pytest.mark.ray
@@ -27,7 +27,7 @@ DROPPED = 0.25  # share of KV transfers the prompt replica drops (failure inject
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
+def served(tiny_model: Path) -> Iterator[LocalServe]:
     def engine(role: str) -> dict[str, Any]:
         return tiny_engine_config(tiny_model, enable_prefix_caching=False, kv_transfer={"role": role})
 
@@ -49,7 +49,7 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
 
 
 def test_kv_moves_through_the_object_store_and_a_lost_transfer_is_recomputed(served: LocalServe,
-                                                                               tiny_model: Path) -> None:  # noqa: F811
+                                                                               tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
     prompt = stdlib_docstrings()[3][:700]

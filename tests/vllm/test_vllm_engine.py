@@ -24,7 +24,7 @@ PROMPT = "Return the number of items in the"
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
+def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
     yield from running_engine(loop, tiny_engine_config(tiny_model, batch_limit=4))
 
 
@@ -37,7 +37,7 @@ async def _collect(engine: VllmEngine, request: Request) -> list:
     return [chunk async for chunk in engine.generate(request)]
 
 
-def test_greedy_stream_matches_hf_reference(engine: VllmEngine, tiny_model: Path, loop) -> None:  # noqa: F811
+def test_greedy_stream_matches_hf_reference(engine: VllmEngine, tiny_model: Path, loop) -> None:
     chunks = loop.run_until_complete(_collect(engine, _request(engine, PROMPT, 16, "greedy")))
     expected = engine.tokenizer.decode(hf_greedy(tiny_model, PROMPT, 16))
     assert "".join(c.text for c in chunks) == expected

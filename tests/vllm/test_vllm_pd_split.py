@@ -41,7 +41,7 @@ async def _text(engine, request: Request) -> str:
     return "".join([c.text async for c in engine.generate(request)])
 
 
-def test_split_is_lossless_and_a_lost_transfer_recomputes(tiny_model: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_split_is_lossless_and_a_lost_transfer_recomputes(tiny_model: Path, tmp_path: Path) -> None:
     store = tmp_path / "kv"
     store.mkdir()
     prompt = stdlib_docstrings()[4][:700]  # a few hundred tokens: several 32-token KV blocks
@@ -97,13 +97,13 @@ def make_reference(model: Path, prompt: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def prompt_engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
+def prompt_engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
     yield from running_engine(loop, tiny_engine_config(tiny_model, enable_prefix_caching=False,
                                                        kv_transfer={"role": "kv_producer"}))
 
 
 @pytest.fixture(scope="module")
-def token_engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
+def token_engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
     yield from running_engine(loop, tiny_engine_config(tiny_model, enable_prefix_caching=False,
                                                        kv_transfer={"role": "kv_consumer"}))
 
@@ -125,7 +125,7 @@ def _block_files(engine: VllmEngine) -> list[str]:
 # residue 1: k blocks + 1 token, the length ExampleConnector never finds again.
 @pytest.mark.parametrize("residue", [1, 0, 17])
 def test_prompt_blocks_move_to_another_engine_losslessly(prompt_engine: VllmEngine, token_engine: VllmEngine,
-                                                         tiny_model: Path, loop: asyncio.AbstractEventLoop,  # noqa: F811
+                                                         tiny_model: Path, loop: asyncio.AbstractEventLoop,
                                                          residue: int) -> None:
     prompt = _prompt_with(prompt_engine, residue)
     n = prompt_engine.count_tokens(prompt)
@@ -151,7 +151,7 @@ def test_prompt_blocks_move_to_another_engine_losslessly(prompt_engine: VllmEngi
 
 
 def test_missing_or_damaged_blocks_are_recomputed(prompt_engine: VllmEngine, token_engine: VllmEngine,
-                                                  tiny_model: Path, loop: asyncio.AbstractEventLoop) -> None:  # noqa: F811
+                                                  tiny_model: Path, loop: asyncio.AbstractEventLoop) -> None:
     """A block of the wrong shape (from an engine of another TP, say) is refused and vLLM
     recomputes it; a right-shaped block of noise shows the answer depends on that block."""
     prompt = _prompt_with(prompt_engine, 5)
@@ -189,7 +189,7 @@ def test_missing_or_damaged_blocks_are_recomputed(prompt_engine: VllmEngine, tok
     assert (l1 - l0, c1 - c0) == (0, n), "nothing to load: the whole prompt is computed"
 
 
-def test_tensor_parallel_engines_move_each_ranks_share(tiny_model: Path) -> None:  # noqa: F811
+def test_tensor_parallel_engines_move_each_ranks_share(tiny_model: Path) -> None:
     """TP 2 on both sides (vLLM's multiprocessing executor, a core per rank): each rank
     writes and loads its own half of every block (one KV head of the two)."""
     prompt = stdlib_docstrings()[4][:700]

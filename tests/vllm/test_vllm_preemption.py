@@ -36,12 +36,12 @@ def _config(model: Path, **overrides) -> dict:
 
 
 @pytest.fixture(scope="module")
-def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:  # noqa: F811
+def engine(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
     yield from running_engine(loop, _config(tiny_model))
 
 
 @pytest.fixture(scope="module")
-def reference(tiny_model: Path, engine: VllmEngine) -> str:  # noqa: F811
+def reference(tiny_model: Path, engine: VllmEngine) -> str:
     return engine.tokenizer.decode(hf_greedy(tiny_model, BATCH_PROMPT, BATCH_TOKENS))
 
 
@@ -107,7 +107,7 @@ def _check_lossless(engine: VllmEngine, r: Preempted, reference: str) -> None:
     assert sum(c.num_tokens for c in chunks) == BATCH_TOKENS  # no duplicate, no gap
     assert usage.prompt_tokens == engine.count_tokens(BATCH_PROMPT)
     # TTFT is the first token ever (before the preemption); E2E spans the whole run.
-    assert 0 < usage.ttft_s and r.arrival_s + usage.ttft_s <= r.batch_chunks[0][0] < r.preempted_s
+    assert usage.ttft_s > 0 and r.arrival_s + usage.ttft_s <= r.batch_chunks[0][0] < r.preempted_s
     assert usage.e2e_s - usage.ttft_s > r.interactive_done_s - r.preempted_s
     assert usage.max_tbt_s > 0
     assert "".join(c.text for c in chunks) == reference
@@ -129,7 +129,7 @@ def test_interactive_preempts_batch_and_the_resume_loads_its_kv(engine: VllmEngi
     assert any(Path(engine.kv_transfer.storage_path).glob("*.safetensors"))  # the engine's own directory
 
 
-def test_without_the_connector_the_resume_recomputes_to_the_same_text(tiny_model: Path, reference: str) -> None:  # noqa: F811
+def test_without_the_connector_the_resume_recomputes_to_the_same_text(tiny_model: Path, reference: str) -> None:
     async def run() -> tuple[VllmEngine, Preempted]:
         engine = make_engine(_config(tiny_model, keep_preempted_kv=False))
         try:

@@ -12,10 +12,10 @@ from typing import Any
 import openai
 import pytest
 
+from core.paths import ROOT
 from tests.live_app import in_replica, served_with_driver
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
-from core.paths import ROOT
 from wattwise.tiny_model import tiny_engine_config
 
 pytestmark = pytest.mark.ray
@@ -28,7 +28,7 @@ PROMPT = "Return the number of items in the"
 
 
 @pytest.fixture(scope="module")
-def served(tiny_model: Path) -> Iterator[LocalServe]:  # noqa: F811
+def served(tiny_model: Path) -> Iterator[LocalServe]:
     def edit(config: dict[str, Any]) -> None:
         args = config["applications"][0]["args"]
         args["model_name"] = MODEL
@@ -57,13 +57,13 @@ def _unfinished_in_vllm() -> int:
     return _in_replica(lambda replica: replica.engine.unfinished_in_vllm())
 
 
-def _reference(tiny_model: Path, prompt: str, max_tokens: int) -> str:  # noqa: F811
+def _reference(tiny_model: Path, prompt: str, max_tokens: int) -> str:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(tiny_model).decode(hf_greedy(tiny_model, prompt, max_tokens))
 
 
-def test_streamed_completion_matches_hf_greedy(served: LocalServe, tiny_model: Path) -> None:  # noqa: F811
+def test_streamed_completion_matches_hf_greedy(served: LocalServe, tiny_model: Path) -> None:
     stream = _client(served).completions.create(
         model=MODEL, prompt=PROMPT, max_tokens=24, temperature=0, stream=True, stream_options={"include_usage": True})
     text, usage, chunks = "", None, 0
@@ -76,7 +76,7 @@ def test_streamed_completion_matches_hf_greedy(served: LocalServe, tiny_model: P
     assert chunks > 1 and usage.completion_tokens == 24
 
 
-def test_streamed_chat_matches_hf_greedy_on_the_chat_template(served: LocalServe, tiny_model: Path) -> None:  # noqa: F811
+def test_streamed_chat_matches_hf_greedy_on_the_chat_template(served: LocalServe, tiny_model: Path) -> None:
     from transformers import AutoTokenizer
 
     messages = [{"role": "user", "content": "Open the file and"}]

@@ -128,7 +128,8 @@ def test_bad_key_file_is_rejected_at_start_with_a_precise_message(tmp_path: Path
 def test_a_key_in_two_roles_or_a_tenant_with_two_limits_is_rejected(tmp_path: Path) -> None:
     tenant = {"sha256": hash_key(TENANT_KEY), "tenant": "acme"}
     with pytest.raises(ValidationError, match=r"admin_keys\[0\]\.sha256: the same key as api_keys\[0\]"):
-        AppConfig(api_keys_file=_keys_file(tmp_path, [tenant]), admin_keys=[{"sha256": hash_key(TENANT_KEY)}]).resolved()
+        AppConfig(api_keys_file=_keys_file(tmp_path, [tenant]),
+                  admin_keys=[{"sha256": hash_key(TENANT_KEY)}]).resolved()
     with pytest.raises(ValidationError, match=r"api_keys\[1\]: tenant 'acme' has requests_per_s"):
         AppConfig(api_keys=[tenant, {"sha256": hash_key(ADMIN_KEY), "tenant": "acme", "requests_per_s": 2}])
 

@@ -9,8 +9,8 @@ from ray.autoscaler._private.util import prepare_config, validate_config
 from ray.serve.schema import ServeDeploySchema
 
 from app.config import AppConfig
-from deployments.serve_adapter import AppAutoscalingPolicy
 from core.paths import ROOT, SERVE_CONFIG
+from deployments.serve_adapter import AppAutoscalingPolicy
 
 
 def test_cluster_yaml_validates_offline() -> None:
@@ -46,11 +46,14 @@ def _shipped_args() -> dict:
     (lambda a: a["pools"][0].update(autoscaling={"min_replicas": 1, "max_replicas": 2, "initial_replicas": 3}),
      "pools.0.autoscaling", "initial_replicas must be within [min_replicas, max_replicas] = [1, 2], not 3"),
     (lambda a: a["pools"][1].update(name=a["pools"][0]["name"]), "pools[].name", "pool names must be unique"),
-    (lambda a: a["pools"][2].update(classes=["LS", "LM"]), "pools[].classes", "length classes served by no pool: ['LL']"),
-    (lambda a: a["pools"][2].update(classes=["LS", "LM", "LL", "SS"]), "pools[2].classes", "length class SS is in pools"),
+    (lambda a: a["pools"][2].update(classes=["LS", "LM"]), "pools[].classes",
+     "length classes served by no pool: ['LL']"),
+    (lambda a: a["pools"][2].update(classes=["LS", "LM", "LL", "SS"]), "pools[2].classes",
+     "length class SS is in pools"),
     (lambda a: a["pools"][0].update(classes=["XX"]), "pools[0].classes", "unknown length class 'XX'; known: ['SS'"),
     (lambda a: a["pools"][0]["engine"].update(model="gpt-17"), "",
-     "pools[0].engine.model: unknown model 'gpt-17'; known: ['bloom-176b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
+     "pools[0].engine.model: unknown model 'gpt-17'; "
+     "known: ['bloom-176b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
     (lambda a: a["pools"][1]["engine"].update(hardware="tpu-v9"), "", "pools[1].engine.hardware: unknown GPU 'tpu-v9'"),
     (lambda a: a.update(default_service_class="gold"), "", "default_service_class 'gold' is not in services"),
     (lambda a: a.update(api_keys=[{"sha256": "0" * 64, "tenant": "t", "service_class": "gold"}]), "",

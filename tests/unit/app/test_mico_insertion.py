@@ -6,10 +6,10 @@ the batcher's own pending tokens, iteration by iteration, insertion included.
 """
 
 from app.token_ledger import TokenLedger
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.multicluster import account_step
 
 

@@ -2,10 +2,10 @@
 
 from ray.serve.config import AutoscalingContext
 
-from deployments.serve_adapter import AppAutoscalingPolicy, view_from_contexts
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
+from deployments.serve_adapter import AppAutoscalingPolicy, view_from_contexts
 from tests.factories import autoscaling_context
 
 
@@ -76,4 +76,4 @@ def test_adapter_fails_static_when_the_policy_raises() -> None:
     ctxs = {c.deployment_id: c for c in [_ctx("pool-a", 3, [1, 1, 1], 3.0)]}
     decisions, state = policy(ctxs)
     assert list(decisions.values()) == [3]
-    assert list(state.values())[0]["policy_failures"] == 1
+    assert next(iter(state.values()))["policy_failures"] == 1

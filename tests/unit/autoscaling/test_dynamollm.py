@@ -184,8 +184,8 @@ def test_the_first_plan_waits_for_its_new_replicas_like_any_other() -> None:
 def test_measured_sweep_agrees_with_the_model_profile(cls: str, tp: int, clock: int) -> None:
     """`wattwise profile --source engine` measures the batcher; the default profile is the
     analytic steady state. They agree on power closely and on latency roughly."""
-    from energy.profile import CONV_CLASS_SHAPES
     from batching.profile_sweep import measure_point
+    from energy.profile import CONV_CLASS_SHAPES
 
     perf = default_perf_model()
     model = build_profile(perf, shapes={cls: CONV_CLASS_SHAPES[cls]})

@@ -3,8 +3,8 @@
 from ray.serve.config import AutoscalingContext
 
 from autoscaling.handover import EmptyingHandover
-from deployments.serve_adapter import AppAutoscalingPolicy
 from core.plan import ClusterPlan
+from deployments.serve_adapter import AppAutoscalingPolicy
 from tests.factories import autoscaling_context
 
 

@@ -12,6 +12,8 @@ from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import MachineConfig
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from batching.hook_chains import AdmissionChain, ClockChain, PreemptionChain
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -22,12 +24,10 @@ from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.profile_builder import build_profile
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
-from batching.hook_chains import AdmissionChain, ClockChain, PreemptionChain
 from engines.sim_engine import SimEngine, SimEngineConfig
 from sim.config import SimConfig
-from sim.simulator import Simulator
 from sim.scenario import build
+from sim.simulator import Simulator
 from sim.workload import load_trace, window
 
 POOLS = {"pool-short": ["SS", "SM", "SL"], "pool-medium": ["MS", "MM", "ML"], "pool-long": ["LS", "LM", "LL"]}
@@ -38,7 +38,7 @@ class Admit:
     def __init__(self, answer: bool) -> None:
         self.answer, self.asked = answer, 0
 
-    def admit(self, seq, batcher, now_s):  # noqa: ANN001, ANN201
+    def admit(self, seq, batcher, now_s):
         self.asked += 1
         return self.answer
 
@@ -47,7 +47,7 @@ class FixedClock:
     def __init__(self, clock: float | None) -> None:
         self.clock = clock
 
-    def choose_clock_mhz(self, batcher, now_s):  # noqa: ANN001, ANN201
+    def choose_clock_mhz(self, batcher, now_s):
         return self.clock
 
 
@@ -55,7 +55,7 @@ class Victim:
     def __init__(self, index: int | None) -> None:
         self.index = index
 
-    def victim(self, seq, batcher, now_s):  # noqa: ANN001, ANN201
+    def victim(self, seq, batcher, now_s):
         return self.index
 
 
@@ -115,12 +115,12 @@ def test_sim_engine_chains_throttllem_and_splitwise_hooks_instead_of_replacing_o
 
 
 @pytest.fixture(scope="module")
-def profile():  # noqa: ANN201
+def profile():
     return build_profile(default_perf_model("llama2-70b", "h100-80gb"))
 
 
 @pytest.mark.parametrize("rates", [{"MS": 0.3, "MM": 0.2}, {"MS": 2.0, "MM": 1.5, "ML": 0.5}, {"LL": 1.5, "LS": 1.0}])
-def test_planner_never_loses_to_a_baseline_shape_it_could_have_chosen(profile, rates) -> None:  # noqa: ANN001
+def test_planner_never_loses_to_a_baseline_shape_it_could_have_chosen(profile, rates) -> None:
     """ScaleShard's choices (any TP at max clock), ScaleFreq's (TP8 at any clock) and
     ScaleInst's (TP8, max clock, any count) are all in the planner's search."""
     best = cheapest_shape(profile, rates, LENGTHS, 0.8, 1, 96)
@@ -143,7 +143,7 @@ def _view(rates: dict[str, float], tp: int = 8, replicas: int = 2) -> ClusterVie
     return ClusterView(deps)
 
 
-def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_clocks(profile) -> None:  # noqa: ANN001
+def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_clocks(profile) -> None:
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
     low = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 0.0)
     assert low.clock_mhz == {} and set(low.clock_band_mhz) == set(POOLS)

@@ -2,17 +2,18 @@
 (without a cluster), the pool config and the deployments the builder makes."""
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import pytest
 from pydantic import ValidationError
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
 from app.config import PoolConfig
-from deployments.serve_adapter import AppAutoscalingPolicy
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool, ShadowRollouts
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
+from deployments.serve_adapter import AppAutoscalingPolicy
 from tests.factories import autoscaling_context
 
 POOL = ShadowPool("pool-a", {2: "pool-a", 4: "pool-a-tp4", 8: "pool-a-tp8"}, min_replicas=1, max_replicas=4)
@@ -33,7 +34,8 @@ class FakeServe:
         deps = {}
         for tp, name in POOL.deployments.items():
             n = self.running.get(name, 0)
-            stats = tuple(ReplicaStats(running_requests=1, tensor_parallel=tp) for _ in range(n - self.fresh.get(name, 0)))
+            stats = tuple(ReplicaStats(running_requests=1, tensor_parallel=tp)
+                          for _ in range(n - self.fresh.get(name, 0)))
             deps[name] = DeploymentView(name, n, self.targets.get(name, 0), 0, 4, stats)
         return ClusterView(deps)
 
@@ -213,7 +215,8 @@ def _pool(**kw) -> PoolConfig:
 
 
 @pytest.mark.parametrize(("kw", "rule"), [
-    ({"engine": {"tensor_parallel": 2}, "tensor_parallel_options": [4, 8]}, "must contain the engine's tensor_parallel"),
+    ({"engine": {"tensor_parallel": 2}, "tensor_parallel_options": [4, 8]},
+     "must contain the engine's tensor_parallel"),
     ({"engine": {"tensor_parallel": 2}, "tensor_parallel_options": [2, 2]}, "must be unique"),
     ({"engine": {"tensor_parallel": 2}, "tensor_parallel_options": [2, 0]}, "positive"),
     ({"engine": {"kind": "vllm", "model": "/m"}, "tp_change": "in_place"}, "cannot re-shard in place"),
@@ -250,7 +253,7 @@ def test_a_replica_that_cannot_take_the_plans_tp_still_applies_its_clock_and_bat
 
     class Engine:
         clock_mhz = batch_limit = None
-        gpu_ids: list[int] = []
+        gpu_ids: ClassVar[list[int]] = []
 
         def stats(self) -> ReplicaStats:
             return ReplicaStats(tensor_parallel=1)

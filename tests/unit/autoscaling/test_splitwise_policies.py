@@ -229,7 +229,8 @@ def test_kv_handoff_on_the_sim_engine_continues_the_sequence_or_recomputes():
 
     async def whole() -> str:
         engine = SimEngine()
-        text = "".join([c.text async for c in engine.generate(Request("r1", 300, 12, time.time(), SLO(ttft_s=10, tbt_s=1)))])
+        request = Request("r1", 300, 12, time.time(), SLO(ttft_s=10, tbt_s=1))
+        text = "".join([c.text async for c in engine.generate(request)])
         await engine.shutdown()
         return text
 

@@ -4,10 +4,10 @@ import numpy as np
 
 from autoscaling.throttllem.replica_policies import replica_policies
 from autoscaling.throttllem.slo_checks import check, lowest_passing_clock
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 LOOSE = SLO(ttft_s=3600, tbt_s=10)
 
@@ -69,7 +69,8 @@ def test_e2e_check_protects_running_requests_and_admits_lost_ones_that_harm_no_o
     b, admission, _ = replica([req("a", 500, 300)])
     admission.projector.sync(b, 1.0)
     alone, _ = finish_s(admission, b, 1.0)
-    deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=float(alone[0]) * 1.001 / admission.projector.config.slo_headroom)  # "a" meets it only alone
+    # "a" meets it only alone
+    deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=float(alone[0]) * 1.001 / admission.projector.config.slo_headroom)
     b, admission, _ = replica([req("a", 500, 300, deadline)])
     assert not admission.admit(b.add(req("b", 7000, 300), 1.0), b, 1.0)
     # A request already past its own deadline that slows no one down is scheduled, marked lost.

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from autoscaling.throttllem.scoreboard import Scoreboard
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 SLO_ANY = SLO(ttft_s=60, tbt_s=1)
 

@@ -21,7 +21,7 @@ def deadline_met(raw) -> float:
 
 def test_simulated_throttllem_saves_energy_vs_max_clock_and_meets_deadlines():
     w = synthetic(1.5, 180.0, np.random.default_rng(1), prompt_lognormal=(6.5, 0.8), output_lognormal=(5.0, 0.6))
-    base, base_raw = simulate("singlepool", w, SimConfig())
+    base, _ = simulate("singlepool", w, SimConfig())
     ours, raw = simulate("throttllem", w, SimConfig())
     assert ours["energy_j"] < 0.9 * base["energy_j"]
     assert ours["completed"] == len(w)

@@ -14,7 +14,7 @@ from ray.exceptions import ActorDiedError
 from ray.serve.config import AutoscalingContext
 from ray.serve.exceptions import RequestCancelledError
 
-from deployments.serve_adapter import AppAutoscalingPolicy
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, RequestShed
 from core.request import Request
 from core.slo import SLO
 from deployments.messages import ReplicaChunk
@@ -24,8 +24,8 @@ from deployments.resume import (
     call_with_retries,
     continuation,
 )
+from deployments.serve_adapter import AppAutoscalingPolicy
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, RequestShed
 from engines.sim_engine import (
     RESUME_OFFSET_KEY,
     SimEngine,

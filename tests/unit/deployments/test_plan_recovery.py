@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError
 
-from deployments.serve_adapter import AppAutoscalingPolicy
 from core.request import Request
 from core.slo import SLO
 from deployments.ingress import _service_report
 from deployments.messages import ReplicaChunk
 from deployments.plan_store import PlanAge
-from deployments.resume import Resumption, ResumableStream
+from deployments.resume import ResumableStream, Resumption
+from deployments.serve_adapter import AppAutoscalingPolicy
 from engines.protocol import RequestUsage
 from tests.factories import autoscaling_context, by_deployment
 

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from deployments.builder import _pool_deployment
 from app.config import PoolConfig
+from deployments.builder import _pool_deployment
 
 
 def _replica_options(engine: dict[str, Any], num_cpus: float = 1.0) -> tuple[dict, list | None, str | None]:

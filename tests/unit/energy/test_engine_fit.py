@@ -10,9 +10,9 @@ from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.engine_fit import fit_engine_perf_model, fit_quality
 from energy.hardware import GPUS, MODELS, ModelSpec
+from energy.latency_points import LatencyPoint, load_latency_csv, save_latency_csv
 from energy.perf_model import PerfModel, PhaseFit
 from energy.profile import EnergyProfile
-from energy.latency_points import LatencyPoint, load_latency_csv, save_latency_csv
 from wattwise.cli import main
 
 LLAMA2_70B_CONFIG = {
@@ -55,7 +55,7 @@ def test_model_spec_from_a_hugging_face_config_matches_the_built_in_one(tmp_path
     assert spec.params_b == pytest.approx(68.98, abs=0.01)  # the published 69B
     assert spec.kv_bytes_per_token == built_in.kv_bytes_per_token
     assert spec.weight_bytes == pytest.approx(built_in.weight_bytes, rel=0.01)
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match=r"config\.json"):
         ModelSpec.from_hf_config(tmp_path / "missing")
 
 
@@ -67,7 +67,8 @@ def test_fit_recovers_the_engine_that_produced_the_points() -> None:
     for q in fit_quality(fitted, points):
         assert q.points == 9 and q.prompt_mape_pct < 1 and q.token_mape_pct < 1
     # ...and predicts a shape it was not fitted on.
-    assert fitted.decode_time_s(8, 8 * 500, 2, 1980) == pytest.approx(truth.decode_time_s(8, 8 * 500, 2, 1980), rel=0.02)
+    assert fitted.decode_time_s(8, 8 * 500, 2, 1980) == pytest.approx(truth.decode_time_s(8, 8 * 500, 2, 1980),
+                                                                      rel=0.02)
     with pytest.raises(ValueError, match=">= 3"):
         fit_engine_perf_model(points[:2], MODELS["llama2-70b"], GPUS["h100-80gb"])
 

@@ -1,9 +1,9 @@
 """The shared continuous batcher: conservation, limits, KV and preemption, energy."""
 
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 
 SLO_ = SLO(ttft_s=1, tbt_s=0.1)
 
@@ -110,7 +110,7 @@ def test_interactive_preempts_batch_on_mixed_replicas_without_losing_tokens() ->
     assert [s.request_id for s, _ in step.prefill_chunks] == ["interactive0"]
     assert b.preemptions == 1 and [s.request_id for s in b.waiting] == ["batch1"]
     b.finish_step(step)
-    _, emitted, _ = _drain(b, step.end_s)
+    _drain(b, step.end_s)
     assert b.completed == 3  # the preempted request resumed and finished; none was lost
     assert b.by_id == {} and b.kv_blocks_used == 0
 

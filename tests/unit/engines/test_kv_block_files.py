@@ -16,7 +16,7 @@ def test_keys_address_the_whole_prefix() -> None:
     b = block_keys(list(range(64)) + [7] * 36, 32, 100)
     assert len(a) == 3  # full blocks only
     assert a[:2] == b[:2] and a[2] != b[2]  # same first 64 tokens, different third block
-    assert block_keys([9] + list(range(1, 64)), 32, 64)[1] != block_keys(list(range(64)), 32, 64)[1], \
+    assert block_keys([9, *range(1, 64)], 32, 64)[1] != block_keys(list(range(64)), 32, 64)[1], \
         "a block's key depends on every token before it, not only its own"
     assert block_keys(list(range(31)), 32, 31) == []
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from app.config import AppConfig
+from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import BucketLengthPredictor
 from prediction.predict import BucketMedianPredictor
@@ -12,7 +13,6 @@ from prediction.prediction_error import PredictionErrors
 from prediction.predictor_config import PredictorConfig, make_predictor
 from prediction.prompt_cues import CUES, N_CUES, prompt_cues
 from prediction.prompt_data import load_pairs, split_by_conversation, split_three_way
-from core.classes import LengthClassConfig
 
 
 @pytest.fixture(scope="module")
@@ -78,8 +78,8 @@ def test_default_beats_baselines_on_validation(predictor, split) -> None:
     def scores(p: np.ndarray) -> np.ndarray:
         return np.array([np.mean(p == truth), np.mean(np.abs(p - truth) <= 1)])
 
-    assert np.all(scores(pred) >= scores(majority) + [0.05, 0.2])
-    assert np.all(scores(pred) >= scores(median) + [0.02, 0.02])
+    assert np.all(scores(pred) >= scores(majority) + np.array([0.05, 0.2]))
+    assert np.all(scores(pred) >= scores(median) + np.array([0.02, 0.02]))
 
 
 def test_default_predicts_beyond_the_low_buckets(predictor, split) -> None:

@@ -47,7 +47,7 @@ def test_unknown_profile_names_the_known_ones(capsys) -> None:
     err = capsys.readouterr().err
     assert all(name in err for name in PROFILE_NAMES)
     w = window(load_trace("conv"), 0.0, 10.0)
-    with pytest.raises(ValueError, match="unknown perf profile 'no-such-profile'.*mlenergy-llama3-70b-h100"):
+    with pytest.raises(ValueError, match=r"unknown perf profile 'no-such-profile'.*mlenergy-llama3-70b-h100"):
         simulate("singlepool", w, SimConfig(profile="no-such-profile"))
 
 
@@ -87,7 +87,7 @@ def test_serve_config_checks_the_engines_profile() -> None:
                                            engine=engine)])
 
     assert app(SimEngineConfig(profile=MLENERGY_70B, tensor_parallel=4)).pools[0].engine.profile == MLENERGY_70B
-    with pytest.raises(ValueError, match="unknown perf profile 'nope'.*splitwise-llama2-70b-h100"):
+    with pytest.raises(ValueError, match=r"unknown perf profile 'nope'.*splitwise-llama2-70b-h100"):
         app(SimEngineConfig(profile="nope"))
-    with pytest.raises(ValueError, match="throttllem.profile"):
+    with pytest.raises(ValueError, match=r"throttllem\.profile"):
         app(SimEngineConfig(profile=MLENERGY_70B, tensor_parallel=4, throttllem=ThrottllemConfig()))

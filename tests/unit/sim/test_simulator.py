@@ -10,9 +10,9 @@ from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
 from core.view import ClusterView
 from sim.config import SimConfig
-from sim.simulator import PoolSetup, Simulator
 from sim.run import simulate
 from sim.scenario import layout
+from sim.simulator import PoolSetup, Simulator
 from sim.workload import fit_context, load_trace, synthetic, window
 
 CONFIG = SimConfig()

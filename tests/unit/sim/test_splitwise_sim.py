@@ -3,10 +3,10 @@
 import numpy as np
 
 from autoscaling.splitwise.machine import AgingPreemption
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from sim.config import SimConfig
 from sim.splitwise import SplitwiseSimConfig
 from sim.splitwise_plan import plan_splitwise, run_splitwise
@@ -84,7 +84,7 @@ def test_failed_transfers_recompute_and_still_complete():
 def test_provisioning_meets_the_slo_no_larger_than_brute_force():
     w = workload(80, rate=4.0)
     config = SimConfig()
-    best, trials = plan_splitwise(w, config, slo_attainment=0.9, max_prompt=3, max_token=3)
+    best, _ = plan_splitwise(w, config, slo_attainment=0.9, max_prompt=3, max_token=3)
     assert best is not None and best.meets_slo
     summary, _ = run_splitwise(w, config, best.prompt, best.token)
     assert summary["slo_attainment"]["overall"] >= 0.9

@@ -58,7 +58,7 @@ def cluster(request) -> tuple[str, dict[str, Any]]:
 
 def test_ray_accepts_the_config(cluster) -> None:
     """Ray's own `ray up` preparation: provider defaults merged, schema, Docker section."""
-    name, config = cluster
+    _, config = cluster
     prepared = prepare_config(copy.deepcopy(config))
     validate_config(prepared)
     assert prepared["head_node_type"] in prepared["available_node_types"]
@@ -110,7 +110,7 @@ def test_node_types_keep_replicas_off_the_head(cluster) -> None:
 
 def test_host_images_are_named(cluster) -> None:
     """The VM's own image is a GPU-driver image, never the launcher's default."""
-    name, config = cluster
+    _, config = cluster
     for node_type in config["available_node_types"].values():
         nc = node_type["node_config"]
         if config["provider"]["type"] == "aws":
