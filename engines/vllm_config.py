@@ -90,8 +90,8 @@ class VllmEngineConfig(BaseModel):
         "vLLM's max_model_len: longest context (prompt plus output, tokens)."))
     max_num_batched_tokens: int | None = Field(default=None, gt=0, description=(
         "vLLM's max_num_batched_tokens (tokens per engine step); None: vLLM's default."))
-    dtype: str = Field(default="auto", description=(
-        "vLLM's dtype of the weights and activations (auto, bfloat16, float16, ...)."))
+    dtype: Literal["auto", "half", "float16", "bfloat16", "float", "float32"] = Field(default="auto", description=(
+        "vLLM's dtype of the weights and activations (its names)."))
     enforce_eager: bool = Field(default=False, description=(
         "vLLM's enforce_eager: no CUDA graphs (faster start, slower steps)."))
     block_size: int | None = Field(default=None, gt=0, description=(

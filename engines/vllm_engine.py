@@ -81,9 +81,7 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
     from vllm.engine.arg_utils import AsyncEngineArgs
 
     return AsyncEngineArgs(
-        # dtype: a free string in our config; vLLM validates the name.
-        model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype,  # type: ignore[arg-type]
-        seed=config.seed,
+        model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype, seed=config.seed,
         tensor_parallel_size=config.tensor_parallel, distributed_executor_backend=config.executor_backend,
         max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs,
         max_num_batched_tokens=config.max_num_batched_tokens, enforce_eager=config.enforce_eager,
