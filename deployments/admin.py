@@ -52,6 +52,7 @@ def deployed_policy(app_name: str) -> dict[str, Any]:
     # Serve has no public call for an app's deployed config; the controller client's
     # details are what `serve status` and the dashboard show.
     client = serve.context._get_global_client()
+    assert client is not None  # without a controller the call raises instead
     app = client.get_serve_details().get("applications", {}).get(app_name) or {}
     policy = (app.get("deployed_app_config") or {}).get("autoscaling_policy") or {}
     return dict(policy.get("policy_kwargs") or {})

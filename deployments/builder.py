@@ -83,12 +83,12 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     """One deployment of the pool, its engine at TP `tp` (the engine's own if None)."""
     tp = pool.engine.tensor_parallel if tp is None else tp
     scaling = pool.autoscaling
-    routing = {}
+    routing: dict[str, Any] = {}
     if pool.request_router == "token_balanced":
         routing["request_router_config"] = {"request_router_class": TOKEN_ROUTER, "request_routing_stats_period_s": 1.0}
     if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
         routing["request_router_config"] = {"request_router_class": PHASE_ROUTER, "request_routing_stats_period_s": 1.0}
-    bounds = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
+    bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
     if shadow is not None:
         # Any of the pool's deployments may be emptied by a rollout; the pool's own bounds
         # travel to the controller (ShadowPool.entry), which keeps the pool within them.
@@ -130,7 +130,8 @@ def _engine_config(pool: PoolConfig, engine: Any) -> dict[str, Any]:
 
 def _batch_queue(config: AppConfig) -> Application:
     """One replica owns the SQLite queue; autoscaled 1..1 so its metrics reach the policy."""
-    return BatchQueue.options(
+    # mypy keeps a class decorator's input type (python/mypy#3135): BatchQueue is a Deployment.
+    return BatchQueue.options(  # type: ignore[attr-defined]
         ray_actor_options={"num_cpus": 0.05},
         autoscaling_config={"min_replicas": 1, "max_replicas": 1, "metrics_interval_s": 0.5,
                             "look_back_period_s": 2.0},
@@ -145,14 +146,15 @@ def build_app(args: dict[str, Any]) -> Application:
         names = [name for p in config.pools for name in p.deployments_by_tp().values()]
         raise ValueError(f"pools[].tensor_parallel_options: deployment names collide ({names}); rename a pool whose "
                          "name ends in -tp<N>")
-    spread = {} if config.ingress_max_replicas_per_node is None else {
+    spread: dict[str, Any] = {} if config.ingress_max_replicas_per_node is None else {
         "max_replicas_per_node": config.ingress_max_replicas_per_node}
     ingress = IngressDeployment.options(
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests,
         num_replicas=config.ingress_replicas, **spread,
     )
     batch_queue = _batch_queue(config) if config.batch_api.enabled else None
-    splitwise = SplitwiseCoordinator.bind(
+    # mypy keeps a class decorator's input type (python/mypy#3135): this is a Deployment.
+    splitwise = SplitwiseCoordinator.bind(  # type: ignore[attr-defined]
         {p.deployment_name: p.phase for p in config.pools}, config.splitwise.model_dump()
     ) if config.phase_split else None
     return ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise)

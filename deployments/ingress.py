@@ -41,6 +41,7 @@ from app.route import WeightedRouter
 from app.sampling import sampling_of
 from core.plan import ClusterPlan
 from core.request import Request
+from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
 from deployments.http_app import build_http_app
 from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
@@ -243,14 +244,15 @@ class Ingress:
     async def _candidates(self, service_class: str, pool: str) -> list[str]:
         """Pools to try in order. With Chiron's replica kinds: interactive requests go to
         the interactive pool, then mixed; batch ones to batch replicas if any run, then mixed."""
-        mixed = self.config.pool_of_kind("mixed")
+        mixed = self.config.pool_of_kind(ReplicaKind.MIXED)
         if mixed is None:
             return [pool]
         if service_class == "batch":
-            batch = self.config.pool_of_kind("batch")
+            batch = self.config.pool_of_kind(ReplicaKind.BATCH)
             running = await self._running_replicas()
             return [batch, mixed] if batch and running.get(self.state.deployment(batch), 0) > 0 else [mixed]
-        return [self.config.pool_of_kind("interactive"), mixed]
+        interactive = self.config.pool_of_kind(ReplicaKind.INTERACTIVE)
+        return [interactive, mixed] if interactive else [mixed]
 
     async def _running_replicas(self, max_age_s: float = 2.0) -> dict[str, int]:
         at, counts = self._replica_counts
@@ -383,7 +385,7 @@ class Ingress:
             gen.cancel()
             self.metrics.outcome(route, "cancelled")
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure becomes an error event
+        except Exception as exc:  # every failure becomes an error event
             err = exc if isinstance(exc, APIError) else _stream_failure(exc)
             self.metrics.outcome(route, _outcome_of(err))
             yield f"data: {json.dumps(err.body())}\n\n"

@@ -15,7 +15,7 @@ import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ray.serve.handle import DeploymentHandle
+from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 
 from app.splitwise_config import SplitwiseServeConfig
 from core.request import Request
@@ -103,6 +103,7 @@ class PhaseSplit:
                 yield first
             decode = self.pools[token["deployment"]].options(stream=True).decode.remote(
                 _to(request, token), kv, self.settings.kv_transfer_timeout_s)
+            assert isinstance(decode, DeploymentResponseGenerator)  # the handle streams
             del kv  # the call holds the KV ref now; once it is done nothing keeps the payload
             landed = False
             async for chunk in decode:

@@ -212,7 +212,7 @@ class LLMReplica:
         return refusal
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:
-        if chunk.usage is not None:
+        if chunk.usage is not None and chunk.finish_reason is not None:  # the final chunk carries both
             self.metrics.record_request(request.length_class, request.service_class, chunk.usage, chunk.finish_reason)
 
     def record_autoscaling_stats(self) -> dict[str, float]:

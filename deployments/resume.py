@@ -138,7 +138,7 @@ class ResumableStream:
                 chunk = await self._gen.__anext__()
             except StopAsyncIteration:
                 exc: BaseException = StreamBroken("the replica ended the stream without a final chunk")
-            except Exception as err:  # noqa: BLE001 - sorted by is_retryable below
+            except Exception as err:  # sorted by is_retryable below
                 exc = err
             else:
                 if self.retries and is_refusal(chunk) and self.progress.tokens:

@@ -277,8 +277,8 @@ class AppAutoscalingPolicy:
 
     def _store_died(self) -> bool:
         """Whether the last publish found the store dead for good (not restarting)."""
-        done = self._last_publish is not None and self._last_publish.done()
-        if not done or not isinstance(self._last_publish.exception(), STORE_GONE):
+        last = self._last_publish
+        if last is None or not last.done() or not isinstance(last.exception(), STORE_GONE):
             return False
         logger.warning("wattwise: the plan store died; looking it up again")
         self._last_publish = None
