@@ -64,8 +64,12 @@ def test_plan_moves_load_resizes_pools_and_lowers_clocks(dynamo: LocalServe) -> 
         # A batch in flight while the plan changed may be split between the pools;
         # the batch after the small pool is gone must all land on the large one.
         after_move = list(pool.map(one, range(8)))
-    # Before the first cluster epoch SS is served where the classifier put it...
-    assert served_by[0] == "pool-short" and short_replicas[0] == 1
+    # Before the first cluster epoch SS is served where the classifier put it (on a slow
+    # machine the epoch can come before the first request: then pool-short is already empty)...
+    if served_by[0] != "pool-short":
+        assert short_replicas[0] == 0, f"SS went to {served_by[0]} while pool-short still ran"
+    else:
+        assert short_replicas[0] == 1
     # ...then the cluster manager spills the small pools' light load to the largest pool
     # (DynamoLLM's fragmentation rule) and empties the small pool; no request failed.
     assert short_replicas[-1] == 0

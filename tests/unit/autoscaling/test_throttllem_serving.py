@@ -25,8 +25,12 @@ def test_simulated_throttllem_saves_energy_vs_max_clock_and_meets_deadlines():
     ours, raw = simulate("throttllem", w, SimConfig())
     assert ours["energy_j"] < 0.9 * base["energy_j"]
     assert ours["completed"] == len(w)
-    # Measured 1.00 with M corrected online (0.94 without); 0.45x the energy.
-    assert deadline_met(raw) >= 0.99
+    # With the ingress predictor's lengths (the default): measured 0.985 of 269 deadlines,
+    # 0.45x the energy; the misses are requests that outran their projected length.
+    assert deadline_met(raw) >= 0.98
+    # With true lengths the projections hold: measured 1.00 (0.94 without M's online correction).
+    _, oracle = simulate("throttllem", w, SimConfig(length_prediction="oracle"))
+    assert deadline_met(oracle) >= 0.99
 
 
 def test_realtime_engine_runs_the_policies_and_lowers_the_clock():
