@@ -273,21 +273,26 @@ class AppConfig(BaseModel):
         """The config the app runs, derived here rather than in a validator (validators only
         check): the api_keys_file's keys merged in and its path cleared (read once, on the node
         that builds the app, so the keys travel with the config and replicas never need the
-        file), and each Splitwise phase pool's engine given its phase's batcher hooks.
+        file), each Splitwise phase pool's engine given its phase's batcher hooks, and
+        throttLL'eM's length margin measured from the predictor (once, here: in each replica
+        it would retrain the predictor, ~2 s of CPU per start).
         Raises ValueError naming the file and entry, or the duplicate key."""
         keys: dict[str, Any] = {}
         if self.api_keys_file is not None:
             tenant_keys, admin_keys = load_key_file(self.api_keys_file)
             keys = {"api_keys": [*self.api_keys, *tenant_keys], "admin_keys": [*self.admin_keys, *admin_keys],
                     "api_keys_file": None}
-        pools = [pool.model_copy(update={"engine": self._phase_engine(i, pool)}) for i, pool in enumerate(self.pools)]
+        pools = [pool.model_copy(update={"engine": self._resolved_engine(i, pool)}) for i, pool in enumerate(self.pools)]
         # validated again: the file's keys meet the same checks as inline ones
         return self.model_validate({**dict(self), **keys, "pools": pools})
 
-    def _phase_engine(self, i: int, pool: PoolConfig) -> EngineConfig:
+    def _resolved_engine(self, i: int, pool: PoolConfig) -> EngineConfig:
+        engine = pool.engine
+        if isinstance(engine, SimEngineConfig) and engine.throttllem is not None:
+            engine = engine.model_copy(update={"throttllem": engine.throttllem.resolved()})
         if pool.phase is None:
-            return pool.engine
-        return phase_engine(pool.engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
+            return engine
+        return phase_engine(engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
 
     def _check_engines(self) -> None:
         """Unknown model or GPU names would otherwise fail in a replica, after start."""
@@ -328,7 +333,7 @@ class AppConfig(BaseModel):
             raise ValueError("with phases (Splitwise), every pool needs a phase and none a kind")
         if not {Phase.PROMPT, Phase.TOKEN} <= set(phases):
             raise ValueError(f"a phase split needs a prompt and a token pool; phases: {phases}")
-        check_kv_compatible([self._phase_engine(i, pool) for i, pool in enumerate(self.pools)])
+        check_kv_compatible([self._resolved_engine(i, pool) for i, pool in enumerate(self.pools)])
         return self._check_services()
 
     @property

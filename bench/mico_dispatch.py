@@ -22,7 +22,8 @@ import numpy as np
 from app.dispatch import Query, round_robin, token_balanced
 from app.offload import TransferCost
 from core.classes import LengthClassConfig
-from prediction.predictor_config import PredictorConfig, make_bucket_predictor
+from prediction.predictor_config import PredictorConfig
+from prediction.predictor_factory import make_bucket_predictor
 from prediction.prompt_data import load_pairs, split_by_conversation
 from sim.multicluster import ClusterSpec, MultiClusterResult, MultiClusterSim
 

@@ -22,7 +22,8 @@ from bench.predictor_candidates import BASELINES, CANDIDATES, Predict, labels, m
 from bench.predictor_sweep import scores
 from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
-from prediction.predictor_config import PredictorConfig, make_bucket_predictor
+from prediction.predictor_config import PredictorConfig
+from prediction.predictor_factory import make_bucket_predictor
 from prediction.prompt_data import load_pairs, split_three_way
 
 

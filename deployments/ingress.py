@@ -49,7 +49,7 @@ from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from deployments.phase_split import PhaseSplit
 from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
 from deployments.tracing import tracer
-from prediction.predictor_config import make_predictor
+from prediction.predictor_factory import make_predictor
 
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"

@@ -1,4 +1,4 @@
-"""Which output-length predictor the ingress runs, and how it is built.
+"""Which output-length predictor the ingress runs (`prediction.predictor_factory` builds it).
 
 `hashed_text` (default) trains at start-up on the train split of the shipped ShareGPT
 pairs in about a second, so it works offline and carries no pickled artefact;
@@ -8,18 +8,12 @@ text-free online median of earlier outputs.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from core.classes import LengthClassConfig
-from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
-from prediction.length_predictor import BucketLengthPredictor
-from prediction.predict import BucketMedianPredictor, OutputLengthPredictor
-from prediction.prompt_data import PROMPTS_FILE, load_pairs, split_three_way
-from prediction.transformer_bucket_model import TransformerBucketModel
 
 
 class PredictorConfig(BaseModel):
@@ -55,29 +49,3 @@ class PredictorConfig(BaseModel):
         if self.buckets == "length_classes":
             return LengthBuckets.from_length_classes(lengths, self.l_max_tokens)
         return LengthBuckets.uniform(self.l_max_tokens, self.n_buckets)
-
-
-def make_predictor(config: PredictorConfig, lengths: LengthClassConfig, prior_tokens: int) -> OutputLengthPredictor:
-    if config.kind == "bucket_median":
-        return BucketMedianPredictor(lengths, prior_tokens, config.error_window)
-    return make_bucket_predictor(config, lengths)
-
-
-def make_bucket_predictor(config: PredictorConfig, lengths: LengthClassConfig) -> BucketLengthPredictor:
-    """A model-backed predictor (kind hashed_text or transformer), its errors seeded."""
-    if config.kind == "bucket_median":
-        raise ValueError("predictor kind 'bucket_median' has no bucket model")
-    buckets = config.length_buckets(lengths)
-    split = split_three_way(load_pairs(Path(config.data_path) if config.data_path else PROMPTS_FILE))
-    model: TransformerBucketModel | HashedBucketModel
-    if config.kind == "transformer":
-        assert config.model_path is not None  # PredictorConfig's validator
-        model = TransformerBucketModel(config.model_path, buckets.n)
-    else:
-        model = HashedBucketModel(buckets.n, seed=config.seed)
-        model.fit(split.train.prompts, split.train.prompt_tokens, [buckets.label(n) for n in split.train.output_tokens])
-    predictor = BucketLengthPredictor(
-        model, buckets, config.online_sample_rate, config.online_batch, config.error_window, seed=config.seed
-    )
-    predictor.seed_errors(split.validation)  # the test split stays for bench.predictor's one report
-    return predictor

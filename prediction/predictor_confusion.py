@@ -10,7 +10,8 @@ import numpy as np
 
 from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
-from prediction.predictor_config import PredictorConfig, make_bucket_predictor
+from prediction.predictor_config import PredictorConfig
+from prediction.predictor_factory import make_bucket_predictor
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,11 @@ import httpx
 import pytest
 import requests
 import schemathesis
+
+# schemathesis loads its OpenAPI modules lazily, when the first schema is read, and pytest
+# rewrites their asserts as they load; compiled that deep in a test's stack, CPython 3.11.7 once
+# raised "AST constructor recursion depth mismatch". Loading them at collection avoids it.
+import schemathesis.specs.openapi.schemas
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable

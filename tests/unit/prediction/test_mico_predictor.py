@@ -10,7 +10,8 @@ from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import BucketLengthPredictor
 from prediction.predict import BucketMedianPredictor
 from prediction.prediction_error import PredictionErrors
-from prediction.predictor_config import PredictorConfig, make_predictor
+from prediction.predictor_config import PredictorConfig
+from prediction.predictor_factory import make_predictor
 from prediction.prompt_cues import CUES, N_CUES, prompt_cues
 from prediction.prompt_data import load_pairs, split_by_conversation, split_three_way
 
