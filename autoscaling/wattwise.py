@@ -7,7 +7,7 @@
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
 | admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains) |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
-| catch-up after a burst or when replicas run late | this policy: the interactive backlog, or a mean TTFT over target, sets a floor on instances | every plan |
+| catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast | every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
 by two layers; the clock is never a plan entry here (only its band), so the replicas'
@@ -85,21 +85,21 @@ class WattwisePolicy:
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
 
-    def _backlog_instances(self, dep: DeploymentView | None, ttft_target_s: float) -> int:
-        """A floor on instances from what the replicas see, for what the rate forecast
-        missed: the waiting interactive requests (each instance holding at most
-        `overload_queue_per_replica`; bursts), or one more instance when a replica's mean
-        interactive TTFT is over target (latency the profile does not model, e.g. the
-        serving stack's own). 0 while instances are on their way or nothing is wrong."""
+    def _backlog(self, dep: DeploymentView | None, ttft_target_s: float) -> tuple[int, bool]:
+        """What the replicas see that the rate forecast missed: a floor on instances from the
+        waiting interactive requests (each instance holding at most
+        `overload_queue_per_replica`; bursts), and whether a replica's mean interactive TTFT
+        is over target (latency the profile does not model, e.g. the serving stack's own),
+        which earns the pool one instance beyond the forecast, never more: on a machine
+        whose every replica is slow (a busy CPU), adding one per plan would feed the slowness.
+        (0, False) while instances are on their way or nothing is wrong."""
         if dep is None or dep.target_replicas > dep.current_replicas:
-            return 0
+            return 0, False
         queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
         floor = 0
         if queued > self.config.overload_queue_per_replica * max(len(dep.replica_stats), 1):
             floor = math.ceil(queued / self.config.overload_queue_per_replica)
-        if any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats):
-            floor = max(floor, dep.current_replicas + 1)
-        return floor
+        return floor, any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats)
 
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
         """The shape a pool runs now, from its replicas' reports."""
@@ -127,8 +127,8 @@ class WattwisePolicy:
                     rates[cls] = rates.get(cls, 0.0) + r
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
             ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in classes)
-            shape = self.planner.plan(name, rates, batch_rate, free, self._backlog_instances(dep, ttft_target_s),
-                                      running, now_s,
+            backlog_instances, late = self._backlog(dep, ttft_target_s)
+            shape = self.planner.plan(name, rates, batch_rate, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self.config.tensor_parallel_options.get(name))
             held[name] = shape.instances * shape.tensor_parallel

@@ -170,10 +170,11 @@ class PoolShapePlanner:
 
     def plan(self, pool: str, rates: dict[str, float], batch_rate: float, gpus_available: int, backlog_instances: int,
              running: PoolShape | None, now_s: float, max_instances: int | None = None,
-             tps: Collection[int] | None = None) -> PoolShape:
+             tps: Collection[int] | None = None, late: bool = False) -> PoolShape:
         """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
         ones, `max_instances` the deployment's replica cap, `tps` the TPs it may run;
         `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
+        `late` (replicas over their TTFT target) asks for one instance beyond the forecast's;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
         TP is kept until the first pool epoch, `first_epoch_s` after start: load is observed first)."""
         planned = self.planning_rates(pool, rates, batch_rate, now_s)
@@ -198,9 +199,11 @@ class PoolShapePlanner:
             if same_tp is not None and not (epoch and self._pays(same_tp, best)):
                 best = same_tp  # keep the TP until an epoch finds the switch worth its cost
         instances = best.instances
+        cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)
         if backlog_instances > current.instances:
-            cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)
             instances = max(instances, min(backlog_instances, cap))
+        if late:
+            instances = max(instances, min(best.instances + 1, cap))
         if best.tensor_parallel == current.tensor_parallel and instances < current.instances:
             since = self._lower_since.setdefault(pool, now_s)
             if now_s - since < cfg.downscale_hold_s:

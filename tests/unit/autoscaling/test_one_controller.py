@@ -3,6 +3,7 @@ one overhead table, and the simulator's predicted lengths."""
 
 import asyncio
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -157,6 +158,27 @@ def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_
     settled = policy.observe(_view({"MS": 0.1, "LL": 0.1}), epoch)
     assert settled.tensor_parallel["pool-medium"] < 8  # low load: small TP pays at an epoch
     assert settled.replicas["pool-medium"] < high.replicas["pool-medium"]
+
+
+def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_not_one_per_plan(profile) -> None:
+    """Latency the profile does not model (a slow serving stack, a busy CPU) gets one more
+    instance; replicas that stay late must not add another each plan."""
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    rates = {"SS": 0.5}
+    forecast = policy.observe(_view(rates, replicas=1), 0.0).replicas["pool-short"]
+
+    def late_view(replicas: int) -> ClusterView:
+        view = _view(rates, replicas=replicas)
+        short = view.deployments["pool-short"]
+        late = replace(short.replica_stats[0], ttft_ewma_s=LENGTHS.slo("SS").ttft_s * 3)
+        view.deployments["pool-short"] = replace(short, replica_stats=(late,) * replicas)
+        return view
+
+    running, now_s = forecast, 0.0
+    for _ in range(6):  # each plan finds the previous one's replicas running and still late
+        now_s += policy.config.plan_interval_s
+        running = policy.observe(late_view(running), now_s).replicas["pool-short"]
+    assert running == forecast + 1
 
 
 def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
