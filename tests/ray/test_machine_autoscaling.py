@@ -33,7 +33,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,7 @@ import yaml
 
 from core.paths import SERVE_CONFIG
 from tests.factories import APP, INTERACTIVE_KEY, quick_config
+from tests.live_app import wait_for
 from wattwise.local_serve import _bin, free_port
 
 pytestmark = pytest.mark.ray
@@ -144,14 +145,6 @@ def serve_config(http_port: int) -> dict[str, Any]:
     return config
 
 
-def wait_until(predicate: Callable[[], object], what: str, timeout_s: float = DEADLINE_S) -> float:
-    """Seconds until `predicate` held; fails after a generous deadline."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class FakeCloud:
@@ -174,13 +167,13 @@ class FakeCloud:
             ray.shutdown()
         ray.init(address="auto", namespace="wattwise-tests", log_to_driver=False)
         self.address = ray.get_runtime_context().gcs_address
-        wait_until(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], "cluster.yaml's min_workers")
+        wait_for(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], DEADLINE_S, "min_workers GPU nodes")
         config_path = self.workdir / "serve_config.yaml"
         config_path.write_text(yaml.safe_dump(serve_config(self.http_port), sort_keys=False))
         with open(self.workdir / "serve.log", "a") as log:
             subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.address, str(config_path)],
                            env=os.environ, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
-        wait_until(self.ready, "the app to start on the fake cluster")
+        wait_for(self.ready, DEADLINE_S, "the app to start on the fake cluster")
 
     def gpu_nodes(self) -> dict[str, dict[str, float]]:
         """Alive nodes with GPUs: {node id: resources}."""
@@ -282,8 +275,8 @@ def test_demand_adds_a_gpu_node(cloud: FakeCloud) -> None:
     before = cloud.gpu_nodes()
     assert len(before) == cloud.gpu_node["min_workers"] and cloud.running_replicas() == 1
     with Load(f"http://127.0.0.1:{cloud.http_port}") as load:
-        took = wait_until(lambda: len(cloud.gpu_nodes()) == 2 and cloud.running_replicas() == 2,
-                          "a second GPU node and the pool's second replica RUNNING on it")
+        took = wait_for(lambda: len(cloud.gpu_nodes()) == 2 and cloud.running_replicas() == 2, DEADLINE_S,
+                        "a second GPU node and the pool's second replica RUNNING on it")
     assert load.served > 0  # the in-flight requests finished (exit waits for them)
     added = {n: r for n, r in cloud.gpu_nodes().items() if n not in before}
     assert len(added) == 1
@@ -298,8 +291,8 @@ def test_idle_node_is_removed(cloud: FakeCloud) -> None:
     added = cloud.added
     if not added:
         pytest.skip("no node was added (test_demand_adds_a_gpu_node failed)")
-    took = wait_until(lambda: cloud.running_replicas() == 1 and len(cloud.gpu_nodes()) == cloud.gpu_node["min_workers"],
-                      "the pool back at one replica and the idle GPU node removed")
+    took = wait_for(lambda: cloud.running_replicas() == 1 and len(cloud.gpu_nodes()) == cloud.gpu_node["min_workers"],
+                    DEADLINE_S, "the pool back at one replica and the idle GPU node removed")
     assert not added & set(cloud.gpu_nodes())  # the node that was added is the one that went
     assert cloud.ready()
     print(f"\n  replica stopped and idle node removed {took:.0f} s after load stopped")

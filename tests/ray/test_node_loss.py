@@ -34,6 +34,7 @@ import pytest
 import yaml
 
 from tests.factories import INTERACTIVE_KEY, quick_config
+from tests.live_app import wait_for
 from wattwise.local_serve import SERVE_CONFIG, _bin, free_port
 
 pytestmark = pytest.mark.ray
@@ -97,7 +98,7 @@ class LiveCluster:
         with open(self.workdir / "serve.log", "a") as log:
             subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.cluster.address, str(self.config_path)],
                            env=os.environ, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
-        wait_until(self.ready, 600, "the app to start on the cluster")
+        wait_for(self.ready, 600, "the app to start on the cluster", poll_s=0.5)
 
     def _config(self) -> dict[str, Any]:
         config = yaml.safe_load(SERVE_CONFIG.read_text())
@@ -194,14 +195,6 @@ class LiveCluster:
         self.cluster.shutdown()
 
 
-def wait_until(predicate: Callable[[], object], timeout_s: float, what: str) -> float:
-    """Seconds until `predicate` held; a generous deadline, for a slow shared machine."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout_s:
-        if predicate():
-            return time.monotonic() - start
-        time.sleep(0.5)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -275,7 +268,7 @@ def _lose(live: LiveCluster, case: str, label: str) -> NodeLoss:
     live.cluster.wait_for_nodes()
     if kind is POOL_NODE:
         live.pool_nodes.add(replacement.node_id)
-    wait_until(live.ready, 300, "every deployment back at its target")
+    wait_for(live.ready, 300, "every deployment back at its target", poll_s=0.5)
     capacity_after_s = time.monotonic() - removed_at
     accepted = [s for s in streams if s.accepted]
     result = NodeLoss(case, hosted, len(accepted), sum(s.finished for s in accepted),
@@ -317,8 +310,8 @@ def test_losing_the_plan_stores_node_keeps_plan_and_operator_settings(live: Live
     assert after["overrides"] == before["overrides"] and after["version"] >= before["version"]
     first: PlanReply = ray.get(plan_store(APP).get.remote(), timeout=60)
     # The controller re-publishes every few seconds: the restarted store hears from it.
-    wait_until(lambda: ray.get(plan_store(APP).get.remote(), timeout=60).published_at_s > first.published_at_s,
-               120, "the controller's next publish to the restarted store")
+    wait_for(lambda: ray.get(plan_store(APP).get.remote(), timeout=60).published_at_s > first.published_at_s,
+             120, "the controller's next publish to the restarted store", poll_s=0.5)
     ray.get(plan_store(APP).override.remote("clock_mhz", "pool-long", None), timeout=60)
 
 
