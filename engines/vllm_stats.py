@@ -8,6 +8,7 @@ releases: this module is the only place that reads them (checked against 0.32).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +38,26 @@ class VllmStatsSnapshot:
     prompt_tokens_kv_transfer: int = 0
 
 
+@dataclass(frozen=True)
+class VllmStep:
+    """One engine step as the frontend saw it (a profiler's sample: engines.ips_profiling_vllm)."""
+
+    t_s: float  # when the frontend received the step's outputs (time.time())
+    running: int
+    waiting: int
+    kv_blocks_used: float
+    prompt_tokens: int  # prompts whose prefill completed in this step (their lengths)
+    generated_tokens: int
+
+
 class VllmStatsTracker:
-    """Accumulates vLLM's per-step callbacks; `logger_factory` plugs into AsyncLLM."""
+    """Accumulates vLLM's per-step callbacks; `logger_factory` plugs into AsyncLLM.
+    `step_observers` are called with every step that carries both stats (profiling)."""
 
     def __init__(self) -> None:
         self.snapshot = VllmStatsSnapshot()
         self._last_iteration_s: float | None = None
+        self.step_observers: list[Callable[[VllmStep], None]] = []
 
     def logger_factory(self, vllm_config: Any, engine_index: int = 0):
         from vllm.v1.metrics.loggers import StatLoggerBase
@@ -87,3 +102,8 @@ class VllmStatsTracker:
         # An idle engine runs no steps: the next gap would measure idleness, not speed.
         idle = scheduler_stats is not None and snap.running == 0 and snap.waiting == 0
         self._last_iteration_s = None if idle else now
+        if self.step_observers and scheduler_stats is not None:
+            step = VllmStep(now, snap.running, snap.waiting, snap.kv_usage * snap.kv_blocks_total,
+                            iteration_stats.num_prompt_tokens, generated)
+            for observe in self.step_observers:
+                observe(step)

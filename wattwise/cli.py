@@ -105,7 +105,7 @@ def _profile(argv: list[str]) -> int:
     p.add_argument("--model-dir", help="--fit-latency: the served model's directory (its config.json)")
     args = p.parse_args(argv)
     if args.vllm_model:
-        return _profile_vllm(args)
+        return _profile_ips_vllm(args) if args.kind == "ips" else _profile_vllm(args)
     if args.fit_latency:
         from energy.latency_points import load_latency_csv
 
@@ -191,6 +191,36 @@ def _profile_ips(perf: PerfModel, out: str) -> int:
     for share in (0.9, 0.1):
         for name, sc in split_scores(samples, share).items():
             print(f"train {share:.0%}: {name:>6} R2 {sc.r2:.3f}  MAPE {sc.mape_pct:.1f}%  MAE {sc.mae_ips:.2f} it/s")
+    return 0
+
+
+def _profile_ips_vllm(args) -> int:
+    """M's samples measured on a vLLM engine (wattwise profile --kind ips --vllm-model): scores
+    held out by run and by row, beside the sim engine's (by row, as `--kind ips` prints them)."""
+    import json
+
+    import numpy as np
+
+    from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
+    from engines.ips_profiling_vllm import profile_ips_engine
+    from wattwise.tiny_model import tiny_engine_config
+
+    config = tiny_engine_config(args.vllm_model, **json.loads(args.vllm_engine))
+    profile = profile_ips_engine(config, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    samples = profile.samples
+    np.savetxt(args.out, np.column_stack([samples.features(), samples.ips, profile.runs]), delimiter=",",
+               header="tp,batch,kv_blocks,clock_mhz,ips,run", comments="", fmt="%.6g")
+    print(f"wrote {len(samples)} samples of {len(np.unique(profile.runs))} runs to {args.out}")
+    print(f"batch {samples.batch.min():.0f}-{samples.batch.max():.0f}, KV blocks {samples.kv_blocks.min():.0f}-"
+          f"{samples.kv_blocks.max():.0f}, clock {np.unique(samples.clock_mhz)} MHz, "
+          f"{samples.ips.min():.1f}-{samples.ips.max():.1f} it/s")
+    print(f"{'engine':<6} {'held out':<8} {'train':>5} {'model':>6} {'R2':>7} {'MAPE':>7} {'MAE it/s':>9}")
+    for engine, held_out, data, groups in (("vllm", "by run", samples, profile.runs), ("vllm", "by row", samples, None),
+                                           ("sim", "by row", default_profile(args.model, args.hardware), None)):
+        for share in (0.9, 0.1):
+            for name, sc in split_scores(data, share, groups=groups).items():
+                print(f"{engine:<6} {held_out:<8} {share:>5.0%} {name:>6} {sc.r2:>7.3f} {sc.mape_pct:>6.1f}% "
+                      f"{sc.mae_ips:>9.2f}")
     return 0
 
 

@@ -60,12 +60,23 @@ def score(pred: np.ndarray, true: np.ndarray) -> Scores:
                   float(mean_absolute_error(true, pred)))
 
 
-def split_scores(samples: IpsSamples, train_share: float, seed: int = 0) -> dict[str, Scores]:
-    """Held-out scores of M and of a linear model trained on the same random split."""
+def split_scores(samples: IpsSamples, train_share: float, seed: int = 0,
+                 groups: np.ndarray | None = None) -> dict[str, Scores]:
+    """Held-out scores of M and of a linear model trained on the same random split.
+
+    `groups` (one id per row, e.g. the measurement run) splits whole groups instead of
+    rows, at least one on each side: rows of one run are correlated, and a row split
+    would score M on near-copies of rows it trained on."""
     rng = np.random.default_rng(seed)
-    order = rng.permutation(len(samples))
-    cut = int(len(samples) * train_share)
-    train, test = order[:cut], order[cut:]
+    if groups is None:
+        order = rng.permutation(len(samples))
+        cut = int(len(samples) * train_share)
+        train, test = order[:cut], order[cut:]
+    else:
+        ids = rng.permutation(np.unique(groups))
+        cut = min(max(int(len(ids) * train_share), 1), len(ids) - 1)
+        in_train = np.isin(groups, ids[:cut])
+        train, test = np.flatnonzero(in_train), np.flatnonzero(~in_train)
     x, y = samples.features(), samples.ips
     gbr = IpsModel(seed=seed).fit(IpsSamples(*(getattr(samples, f)[train] for f in
                                                ("tp", "batch", "kv_blocks", "clock_mhz", "ips"))))
