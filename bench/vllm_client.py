@@ -46,7 +46,7 @@ import httpx
 
 from core.efficiency import joules_per_generated_token
 from core.paths import SERVE_CONFIG
-from core.token_counter import TOKENIZER_FILE
+from core.token_counter import TOKENIZER_FILE, count_tokens
 from prediction.prompt_data import load_pairs, split_three_way
 from wattwise.local_serve import LocalServe
 
@@ -234,8 +234,12 @@ def run_case(case: Case, local: LocalServe, tokenizer: Path, sharegpt: Path, wor
     result = json.loads(result_path.read_text())
     # Each failure's last line (a traceback's exception, or the HTTP reason), counted.
     errors = Counter(e.strip().splitlines()[-1][:160] for e in result.get("errors", []) if e and e.strip())
+    # The client takes its token counts from the app's usage; recount the streamed text with its own tokenizer.
+    recount = sum(count_tokens(text) != n for text, n in zip(result.get("generated_texts", []),
+                                                              result.get("output_lens", []), strict=True))
     return {"case": case.label, "command": command, "client_s": client_s, "window_s": window_s,
-            "vllm": result, "errors": dict(errors), "wattwise": wattwise_figures(before, after)}
+            "vllm": result, "errors": dict(errors), "recount_mismatches": recount,
+            "wattwise": wattwise_figures(before, after)}
 
 
 def _fmt(value: float | None, spec: str = ".0f") -> str:
@@ -246,7 +250,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     print("\nvllm bench serve (client side) | wattwise (the app's Prometheus metrics, same run)")
     print(f"{'case':<22}{'done':>5}{'fail':>5}{'TTFT p50/p99 ms':>17}{'TPOT p50/p99 ms':>17}{'ITL p50/p99 ms':>16}"
           f"{'req/s':>7}{'out tok/s':>10} |{'acc':>5}{'compl':>6}{'err':>4}{'non200':>7}{'SLO':>7}"
-          f"{'TTFT ms':>8}{'in tok c/w':>17}{'out tok c/w':>17}{'J/tok':>7}{'attr':>6}")
+          f"{'TTFT ms':>8}{'in tok c/w':>17}{'out tok c/w':>17}{'retok':>6}{'J/tok':>7}{'attr':>6}")
     for row in rows:
         v, w = row["vllm"], row["wattwise"]
         errors = w["outcomes"]["error_retryable"] + w["outcomes"]["error_final"]
@@ -257,12 +261,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{errors:>4.0f}{sum(w['non_200'].values()):>7}"
               f"{_fmt(None if w['slo_attainment'] is None else 100 * w['slo_attainment'], '.1f'):>6}%"
               f"{_fmt(w['mean_ttft_ms']):>8}{v['total_input_tokens']:>8}/{w['prompt_tokens']:<8.0f}"
-              f"{v['total_output_tokens']:>8}/{w['generated_tokens']:<8.0f}{w['j_per_token']:>7.2f}"
+              f"{v['total_output_tokens']:>8}/{w['generated_tokens']:<8.0f}{row['recount_mismatches']:>6}"
+              f"{w['j_per_token']:>7.2f}"
               f"{w['attributed_j_per_token']:>6.2f}")
     print("done/fail: vLLM's completed/failed; acc/compl/err: requests the ingress accepted, completed and ended in "
           "an error; SLO: completed requests meeting their SLO at the ingress; TTFT ms: the replicas' mean; in/out "
-          "tok c/w: tokens the client counted / the app counted; J/tok: fleet energy over the run's window (idle "
-          "included) per generated token; attr: requests' attributed energy per generated token.")
+          "tok c/w: tokens the client counted (from usage) / the app counted; retok: requests whose streamed "
+          "text, re-tokenized by the client's tokenizer, is not usage's completion_tokens; J/tok: fleet energy "
+          "over the run's window (idle included) per generated token; attr: requests' attributed energy per "
+          "generated token.")
     for row in rows:
         if row["errors"] or row["wattwise"]["non_200"]:
             print(f"{row['case']}: client errors {row['errors']}, non-200 responses {row['wattwise']['non_200']}")
