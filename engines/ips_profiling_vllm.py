@@ -105,7 +105,7 @@ def cpu_max_mhz() -> float:
     return float(freq.max or freq.current) if freq else 0.0
 
 
-async def measure_ips(engine, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeats: int = 2,
+async def measure_ips(engine, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeats: int = 3,
                       sample_s: float = 0.5, seed: int = 0, progress=None) -> IpsProfile:
     """Batch sweeps at random KV fills: per (batch, repeat) one run whose requests hold a
     random share (10-100%) of the model's context, output 96-320 tokens of it."""
@@ -134,7 +134,7 @@ async def measure_ips(engine, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeat
     return IpsProfile(IpsSamples(a[:, 0], a[:, 1], a[:, 2], a[:, 3], a[:, 4]), np.array(runs))
 
 
-def profile_ips_engine(engine_config: dict, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeats: int = 2,
+def profile_ips_engine(engine_config: dict, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeats: int = 3,
                        sample_s: float = 0.5, seed: int = 0, progress=None) -> IpsProfile:
     """Start the vLLM engine a pool config names, profile it, shut it down."""
     from engines.factory import make_engine

@@ -60,28 +60,38 @@ def score(pred: np.ndarray, true: np.ndarray) -> Scores:
                   float(mean_absolute_error(true, pred)))
 
 
-def split_scores(samples: IpsSamples, train_share: float, seed: int = 0,
-                 groups: np.ndarray | None = None) -> dict[str, Scores]:
-    """Held-out scores of M and of a linear model trained on the same random split.
-
-    `groups` (one id per row, e.g. the measurement run) splits whole groups instead of
-    rows, at least one on each side: rows of one run are correlated, and a row split
-    would score M on near-copies of rows it trained on."""
+def split_scores(samples: IpsSamples, train_share: float, seed: int = 0) -> dict[str, Scores]:
+    """Held-out scores of M and of a linear model trained on the same random split."""
     rng = np.random.default_rng(seed)
-    if groups is None:
-        order = rng.permutation(len(samples))
-        cut = int(len(samples) * train_share)
-        train, test = order[:cut], order[cut:]
-    else:
-        ids = rng.permutation(np.unique(groups))
-        cut = min(max(int(len(ids) * train_share), 1), len(ids) - 1)
-        in_train = np.isin(groups, ids[:cut])
-        train, test = np.flatnonzero(in_train), np.flatnonzero(~in_train)
+    order = rng.permutation(len(samples))
+    cut = int(len(samples) * train_share)
+    train, test = order[:cut], order[cut:]
     x, y = samples.features(), samples.ips
     gbr = IpsModel(seed=seed).fit(IpsSamples(*(getattr(samples, f)[train] for f in
                                                ("tp", "batch", "kv_blocks", "clock_mhz", "ips"))))
     linear = LinearRegression().fit(x[train], y[train])
     return {"gbr": score(gbr.predict(x[test]), y[test]), "linear": score(linear.predict(x[test]), y[test])}
+
+
+def group_fold_scores(samples: IpsSamples, groups: np.ndarray, train_share: float, folds: int = 10,
+                      seed: int = 0) -> dict[str, Scores]:
+    """Held-out scores by group (e.g. measurement run) over `folds` folds of the groups:
+    train on 9 folds and test on 1 (train_share 0.9), or on 1 and test on 9 (0.1), once per
+    fold, scored over all folds' held-out predictions pooled. Every group is held out, so
+    the scores do not hang on which few runs one random 10% split happens to hold out."""
+    ids = np.random.default_rng(seed).permutation(np.unique(groups))
+    fold_of = dict(zip(ids.tolist(), (np.arange(len(ids)) % folds).tolist(), strict=True))
+    fold = np.array([fold_of[g] for g in groups.tolist()])
+    x, y = samples.features(), samples.ips
+    pred: dict[str, list[np.ndarray]] = {"gbr": [], "linear": []}
+    true: list[np.ndarray] = []
+    for k in range(min(folds, len(ids))):
+        train = fold != k if train_share >= 0.5 else fold == k
+        part = IpsSamples(*(getattr(samples, f)[train] for f in ("tp", "batch", "kv_blocks", "clock_mhz", "ips")))
+        pred["gbr"].append(IpsModel(seed=seed).fit(part).predict(x[~train]))
+        pred["linear"].append(LinearRegression().fit(x[train], y[train]).predict(x[~train]))
+        true.append(y[~train])
+    return {name: score(np.concatenate(p), np.concatenate(true)) for name, p in pred.items()}
 
 
 @lru_cache(maxsize=4)
