@@ -235,8 +235,9 @@ def run_case(case: Case, local: LocalServe, tokenizer: Path, sharegpt: Path, wor
     # Each failure's last line (a traceback's exception, or the HTTP reason), counted.
     errors = Counter(e.strip().splitlines()[-1][:160] for e in result.get("errors", []) if e and e.strip())
     # The client takes its token counts from the app's usage; recount the streamed text with its own tokenizer.
+    # (count_tokens counts an empty text as 1: a failed request's empty answer is not compared.)
     recount = sum(count_tokens(text) != n for text, n in zip(result.get("generated_texts", []),
-                                                              result.get("output_lens", []), strict=True))
+                                                              result.get("output_lens", []), strict=True) if text)
     return {"case": case.label, "command": command, "client_s": client_s, "window_s": window_s,
             "vllm": result, "errors": dict(errors), "recount_mismatches": recount,
             "wattwise": wattwise_figures(before, after)}
