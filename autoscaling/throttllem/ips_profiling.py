@@ -25,6 +25,9 @@ _ANY_SLO = SLO(ttft_s=3600, tbt_s=60)
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 48, 64, 96, 128, 160, 192, 224, 256)
 
 
+_FIELDS = ("tp", "batch", "kv_blocks", "clock_mhz", "ips")
+
+
 @dataclass(frozen=True)
 class IpsSamples:
     """One row per monitor sample; the feature order is the model's."""
@@ -41,10 +44,13 @@ class IpsSamples:
     def features(self) -> np.ndarray:
         return np.column_stack([self.tp, self.batch, self.kv_blocks, self.clock_mhz]).astype(np.float64)
 
+    def subset(self, rows: np.ndarray) -> IpsSamples:
+        """The rows a boolean mask or index array picks (a train or test split)."""
+        return IpsSamples(*(getattr(self, f)[rows] for f in _FIELDS))
+
     @staticmethod
     def concat(parts: list[IpsSamples]) -> IpsSamples:
-        return IpsSamples(*(np.concatenate([getattr(p, f) for p in parts]) for f in
-                            ("tp", "batch", "kv_blocks", "clock_mhz", "ips")))
+        return IpsSamples(*(np.concatenate([getattr(p, f) for p in parts]) for f in _FIELDS))
 
 
 def measure(

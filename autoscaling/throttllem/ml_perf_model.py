@@ -67,8 +67,7 @@ def split_scores(samples: IpsSamples, train_share: float, seed: int = 0) -> dict
     cut = int(len(samples) * train_share)
     train, test = order[:cut], order[cut:]
     x, y = samples.features(), samples.ips
-    gbr = IpsModel(seed=seed).fit(IpsSamples(*(getattr(samples, f)[train] for f in
-                                               ("tp", "batch", "kv_blocks", "clock_mhz", "ips"))))
+    gbr = IpsModel(seed=seed).fit(samples.subset(train))
     linear = LinearRegression().fit(x[train], y[train])
     return {"gbr": score(gbr.predict(x[test]), y[test]), "linear": score(linear.predict(x[test]), y[test])}
 
@@ -87,8 +86,7 @@ def group_fold_scores(samples: IpsSamples, groups: np.ndarray, train_share: floa
     true: list[np.ndarray] = []
     for k in range(min(folds, len(ids))):
         train = fold != k if train_share >= 0.5 else fold == k
-        part = IpsSamples(*(getattr(samples, f)[train] for f in ("tp", "batch", "kv_blocks", "clock_mhz", "ips")))
-        pred["gbr"].append(IpsModel(seed=seed).fit(part).predict(x[~train]))
+        pred["gbr"].append(IpsModel(seed=seed).fit(samples.subset(train)).predict(x[~train]))
         pred["linear"].append(LinearRegression().fit(x[train], y[train]).predict(x[~train]))
         true.append(y[~train])
     return {name: score(np.concatenate(p), np.concatenate(true)) for name, p in pred.items()}
