@@ -48,11 +48,20 @@ def write_atomic(path: str, data: bytes) -> None:
 
 
 def evict_oldest(directory: str, max_files: int) -> None:
-    """Keep at most `max_files` block files (the oldest go): the store is a cache."""
-    files = sorted((e for e in os.scandir(directory) if e.name.endswith(SUFFIX)), key=lambda e: e.stat().st_mtime)
-    for entry in files[:max(len(files) - max_files, 0)]:
+    """Keep at most `max_files` block files (the oldest go): the store is a cache. Others
+    (the replica releasing a request's blocks, another engine on the node) remove files
+    too, so one that vanishes between the listing and its stat or unlink is skipped."""
+    aged = []
+    for entry in os.scandir(directory):
+        if entry.name.endswith(SUFFIX):
+            try:
+                aged.append((entry.stat().st_mtime, entry.path))
+            except FileNotFoundError:
+                continue
+    aged.sort()
+    for _, path in aged[:max(len(aged) - max_files, 0)]:
         try:
-            os.unlink(entry.path)
+            os.unlink(path)
         except FileNotFoundError:
             pass
 

@@ -99,6 +99,26 @@ def test_eviction_keeps_the_newest(tmp_path: Path) -> None:
     assert len(os.listdir(store.directory)) == 2
 
 
+def test_eviction_skips_files_another_process_removed_meanwhile(tmp_path: Path, monkeypatch) -> None:
+    """The replica releases blocks while an engine evicts: a file listed and then removed
+    before its stat must not fail the engine's step (it did, as a FileNotFoundError)."""
+    store = _store(tmp_path, "s", tp=1)
+    for i, key in enumerate(block_keys(list(range(160)), 32, 160)):
+        path = block_file(store.directory, key, 0)
+        Path(path).write_bytes(b"kv")
+        os.utime(path, (i, i))
+    listed = os.scandir
+
+    def listing_then_removal(directory: str):
+        entries = list(listed(directory))
+        os.unlink(entries[0].path)  # gone after the listing, before evict_oldest's stat
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", listing_then_removal)
+    evict_oldest(store.directory, 2)
+    assert len(os.listdir(store.directory)) == 2
+
+
 def test_a_store_without_a_directory_owns_a_temporary_one(tmp_path: Path) -> None:
     own = BlockFiles(None, tensor_parallel=1)
     given = BlockFiles(str(tmp_path / "given"), tensor_parallel=1)
