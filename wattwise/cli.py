@@ -18,7 +18,7 @@ USAGE = """usage: wattwise COMMAND [ARGS]
 
 commands:
   demo       start the app on simulated GPUs and replay the Azure conversation trace through it
-  serve      run the app: `serve run` on serve_config.yaml (or --config PATH)
+  serve      run the app: `serve run` on serve_config.yaml (or --config PATH), behind HAProxy
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit every perf/power profile and print its held-out error
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
@@ -30,11 +30,28 @@ commands:
 
 
 def _serve(argv: list[str]) -> int:
+    """`serve run` with wattwise's ingress (HAProxy unless WATTWISE_INGRESS says otherwise);
+    the HAProxy it started is ended with it (Ray 2.60 leaves it holding the port)."""
+    import subprocess
+
+    from wattwise.ingress_mode import DEFAULT_INGRESS, IngressMode
+    from wattwise.local_serve import haproxy_pids, stop_haproxy
+
     config = str(SERVE_CONFIG)
     if argv[:1] == ["--config"] and len(argv) > 1:
         config, argv = argv[1], argv[2:]
     serve_bin = os.path.join(os.path.dirname(sys.executable), "serve")
-    os.execv(serve_bin, [serve_bin, "run", config, *argv])
+    if DEFAULT_INGRESS is IngressMode.HAPROXY:
+        print("wattwise: HAProxy serves the app on every interface of this machine; without api_keys "
+              "in the config anyone who reaches its port can use it (WATTWISE_INGRESS=proxy keeps "
+              "http_options.host).", file=sys.stderr)
+    running_before = haproxy_pids()
+    try:
+        return subprocess.run([serve_bin, "run", config, *argv], env={**os.environ, **DEFAULT_INGRESS.env}).returncode
+    except KeyboardInterrupt:  # serve run got it too and shuts its cluster down
+        return 130
+    finally:
+        stop_haproxy(haproxy_pids() - running_before)
 
 
 def _calibrate(argv: list[str]) -> int:

