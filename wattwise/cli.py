@@ -30,26 +30,27 @@ commands:
 
 
 def _serve(argv: list[str]) -> int:
-    """`serve run` with wattwise's ingress (HAProxy unless WATTWISE_INGRESS says otherwise);
-    the HAProxy it started is ended with it (Ray 2.60 leaves it holding the port)."""
+    """`serve run` with wattwise's ingress (HAProxy unless WATTWISE_INGRESS says otherwise).
+    `serve run` runs in a session of its own and gets each Ctrl-C / SIGTERM once, from here,
+    so that its clean shutdown is not interrupted; the HAProxy it started is ended after it
+    (Ray 2.60 leaves it holding the port)."""
+    import signal
     import subprocess
 
-    from wattwise.ingress_mode import DEFAULT_INGRESS, IngressMode
+    from wattwise.ingress_mode import DEFAULT_INGRESS
     from wattwise.local_serve import haproxy_pids, stop_haproxy
 
     config = str(SERVE_CONFIG)
     if argv[:1] == ["--config"] and len(argv) > 1:
         config, argv = argv[1], argv[2:]
     serve_bin = os.path.join(os.path.dirname(sys.executable), "serve")
-    if DEFAULT_INGRESS is IngressMode.HAPROXY:
-        print("wattwise: HAProxy serves the app on every interface of this machine; without api_keys "
-              "in the config anyone who reaches its port can use it (WATTWISE_INGRESS=proxy keeps "
-              "http_options.host).", file=sys.stderr)
     running_before = haproxy_pids()
+    child = subprocess.Popen([serve_bin, "run", config, *argv], env={**os.environ, **DEFAULT_INGRESS.env},
+                             start_new_session=True)
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda received, _frame: child.send_signal(received))
     try:
-        return subprocess.run([serve_bin, "run", config, *argv], env={**os.environ, **DEFAULT_INGRESS.env}).returncode
-    except KeyboardInterrupt:  # serve run got it too and shuts its cluster down
-        return 130
+        return child.wait()
     finally:
         stop_haproxy(haproxy_pids() - running_before)
 
