@@ -96,13 +96,13 @@ async def _measure(call: Callable[[], Awaitable[None]], requests: int, concurren
 async def _run(wattwise_url: str, bare_url: str, requests: int) -> Results:
     # Match the pool that serves short prompts in serve_config.yaml (TP2, max clock).
     engine = SimEngine(SimEngineConfig(tensor_parallel=2))
-    clients = [openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="local", max_retries=0, timeout=120)
-               for url in (bare_url, wattwise_url)]
-    for client in clients:
+    bare, ours = (openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="local", max_retries=0, timeout=120)
+                  for url in (bare_url, wattwise_url))
+    for client in (bare, ours):
         await _wait_ready(client)  # also warms the path
     paths: dict[str, Callable[[bool], Awaitable[None]]] = {
-        "direct": partial(_direct_call, engine), "bare": partial(_http_call, clients[0]),
-        "wattwise": partial(_http_call, clients[1])}
+        "direct": partial(_direct_call, engine), "bare": partial(_http_call, bare),
+        "wattwise": partial(_http_call, ours)}
     results: Results = {}
     for stream, concurrency in WORKLOADS:
         n = requests if concurrency == 1 else requests * 4

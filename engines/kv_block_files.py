@@ -14,6 +14,7 @@ half a block. Importable without vLLM.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import shutil
@@ -60,10 +61,8 @@ def evict_oldest(directory: str, max_files: int) -> None:
                 continue
     aged.sort()
     for _, path in aged[:max(len(aged) - max_files, 0)]:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
 
 
 class BlockFiles:

@@ -1,9 +1,10 @@
 """Nothing lost when a machine dies (issue 18 item 1), on a local multi-node Ray cluster.
 
 `ray.cluster_utils.Cluster`: a head with no CPUs (Serve's controller and the HTTP entry,
-HAProxy by default (WATTWISE_INGRESS), as a load balancer would front them) and four workers with logical GPUs running
-serve_config.yaml: two hold an Ingress replica each, two the pools' replicas (custom
-resources place them, so each case loses what it names and not an ingress by chance).
+HAProxy unless WATTWISE_INGRESS says otherwise, as a load balancer would front them) and
+four workers with logical GPUs running serve_config.yaml: two hold an Ingress replica each,
+two the pools' replicas (custom resources place them, so each case loses what it names and
+not an ingress by chance).
 Each case streams completions through the openai client, removes one worker (kill -9)
 while they are in flight, and accounts for every stream: accepted (HTTP 200), completed
 (resumed or not), errored (an OpenAI error event: the client knows to retry) or lost
