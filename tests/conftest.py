@@ -10,6 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests import ast_parse_guard
+
+ast_parse_guard.install()
+
 TESTS = Path(__file__).resolve().parent
 TIERS = ("unit", "ray", "vllm")
 

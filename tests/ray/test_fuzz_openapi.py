@@ -8,9 +8,6 @@ an admin key, a wrong key or none. Any 5xx or broken connection is a failure: ba
 must be a 4xx in OpenAI's format. Print the counts with `-s`.
 """
 
-import contextlib
-import importlib
-import pkgutil
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -27,20 +24,6 @@ from schemathesis import GenerationMode
 
 from app.config import hash_key
 from wattwise.local_serve import LocalServe
-
-
-def _load_schemathesis() -> None:
-    """Import every schemathesis module now, at collection. It loads many lazily, while a
-    schema is read or a case generated, and pytest rewrites their asserts as they load (it
-    is a pytest plugin); parsed there, inside hypothesis, CPython 3.11.7 raises
-    "SystemError: AST constructor recursion depth mismatch" (in CI, twice)."""
-    for module in pkgutil.walk_packages(schemathesis.__path__, "schemathesis."):
-        with contextlib.suppress(ImportError):  # optional extras this project does not install
-            importlib.import_module(module.name)
-
-
-_load_schemathesis()
-
 
 KEY = "sk-fuzz-tenant-91ab"
 MODEL = "llama2-70b-sim"
