@@ -17,12 +17,17 @@ from autoscaling.throttllem.ml_perf_model import IpsModel
 
 @dataclass(frozen=True)
 class Lookup:
-    """Bilinear corners and weights of a (batch, KV) vector, reusable across clocks."""
+    """Bilinear corners of a (batch, KV) vector as flat indices into one clock's table, with
+    their weights: reusable across clocks, since the grid is the same at every clock."""
 
-    b0: np.ndarray
-    k0: np.ndarray
+    i00: np.ndarray  # (b0, k0)
+    i01: np.ndarray  # (b0, k0 + 1)
+    i10: np.ndarray  # (b0 + 1, k0)
+    i11: np.ndarray  # (b0 + 1, k0 + 1)
     wb: np.ndarray
     wk: np.ndarray
+    wb_low: np.ndarray  # 1 - wb
+    wk_low: np.ndarray  # 1 - wk
 
 
 class IpsTable:
@@ -36,19 +41,30 @@ class IpsTable:
         features = np.column_stack([np.full(c.size, tp), b.ravel(), k.ravel(), c.ravel()])
         # Seconds per iteration, clocks x batch levels x KV levels.
         self.iter_s = (1.0 / model.predict(features)).reshape(c.shape)
+        self._flat_iter_s = self.iter_s.reshape(len(self.clocks_mhz), -1)
+        # Batch and KV blocks are counts and the grids end on integers, so each count's
+        # corner and weight are tabulated once: a lookup is a gather (per step, the
+        # projection's whole horizon is looked up), and a count past the grid's end
+        # clamps to it as the interpolation does.
+        b0, self._wb = _corner(self.batch_grid, np.arange(int(self.batch_grid[-1]) + 1, dtype=np.float64))
+        self._row = b0 * len(self.kv_grid)
+        self._k0, self._wk = _corner(self.kv_grid, np.arange(int(self.kv_grid[-1]) + 1, dtype=np.float64))
 
     def lookup(self, batch: np.ndarray, kv_blocks: np.ndarray) -> Lookup:
-        b0, wb = _corner(self.batch_grid, batch)
-        k0, wk = _corner(self.kv_grid, kv_blocks)
-        return Lookup(b0, k0, wb, wk)
+        """Corners of integer (batch, KV blocks) counts."""
+        b = np.minimum(batch, len(self._row) - 1)
+        k = np.minimum(kv_blocks, len(self._k0) - 1)
+        i00 = self._row[b] + self._k0[k]
+        i10 = i00 + len(self.kv_grid)
+        wb, wk = self._wb[b], self._wk[k]
+        return Lookup(i00, i00 + 1, i10, i10 + 1, wb, wk, 1 - wb, 1 - wk)
 
     def iteration_s(self, clock_index: int, at: Lookup) -> np.ndarray:
         """Predicted seconds of each projected iteration at clocks_mhz[clock_index]."""
-        t = self.iter_s[clock_index]
-        b0, k0, wb, wk = at.b0, at.k0, at.wb, at.wk
-        low = t[b0, k0] * (1 - wk) + t[b0, k0 + 1] * wk
-        high = t[b0 + 1, k0] * (1 - wk) + t[b0 + 1, k0 + 1] * wk
-        return low * (1 - wb) + high * wb
+        t = self._flat_iter_s[clock_index]
+        low = t[at.i00] * at.wk_low + t[at.i01] * at.wk
+        high = t[at.i10] * at.wk_low + t[at.i11] * at.wk
+        return low * at.wb_low + high * at.wb
 
 
 def _corner(grid: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

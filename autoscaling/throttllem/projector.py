@@ -105,7 +105,7 @@ class ReplicaProjector:
         if index >= len(clocks) or clocks[index] != batcher.clock_mhz:
             return
         batch, kv_blocks = board.current(self.now_iter)
-        at = self.table.lookup(np.array([batch], dtype=np.float64), np.array([kv_blocks], dtype=np.float64))
+        at = self.table.lookup(np.array([batch]), np.array([kv_blocks]))
         ratio = (now_s - self._synced_s) / float(self.table.iteration_s(index, at)[0])
         self.correction += alpha * (min(max(ratio, 0.5), 4.0) - self.correction)
 
@@ -123,7 +123,7 @@ class ReplicaProjector:
         return self.scoreboard.project(self.now_iter)
 
     def lookup(self, projection: Projection) -> Lookup:
-        return self.synced_table.lookup(projection.batch.astype(np.float64), projection.kv_blocks.astype(np.float64))
+        return self.synced_table.lookup(projection.batch, projection.kv_blocks)
 
     def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
                  at: Lookup | None = None) -> Verdict:

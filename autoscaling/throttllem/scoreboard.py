@@ -91,7 +91,8 @@ class Scoreboard:
         a = now_iter - self.start + self.input_tokens + 1 + n_block - 1
         diff = np.zeros(horizon + 1, dtype=np.int64)
         diff[0] = int((a // n_block).sum())
-        np.subtract.at(diff, remaining, (a + remaining - 1) // n_block)
+        # Each entry's blocks leave when it ends (integer weights sum exactly in float64).
+        diff -= np.bincount(remaining, weights=(a + remaining - 1) // n_block, minlength=horizon + 1).astype(np.int64)
         first = n_block - a % n_block  # first offset >= 1 where a block is added
         count = np.where(remaining - 1 >= first, (remaining - 1 - first) // n_block + 1, 0)
         total = int(count.sum())

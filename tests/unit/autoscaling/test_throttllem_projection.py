@@ -77,7 +77,7 @@ def _projector_on_a_batch(ids: list[str]):
 
 def _predicted_step_s(projector) -> float:
     step = projector.project()
-    at = projector.table.lookup(step.batch[:1].astype(np.float64), step.kv_blocks[:1].astype(np.float64))
+    at = projector.table.lookup(step.batch[:1], step.kv_blocks[:1])
     return float(projector.table.iteration_s(len(projector.table.clocks_mhz) - 1, at)[0])  # max clock
 
 
