@@ -173,10 +173,10 @@ def verdicts(rows: list[dict[str, Any]], oracle_j: float) -> list[str]:
         ("energy <= 1.6x oracle floor", ours["energy_j"] / oracle_j, TARGETS["energy_x_oracle"], "le"),
     ]
     if "planner_epoch_ms" in ours:
-        checks += [("planner epoch p99 <= 50 ms (CPU)", ours["planner_epoch_ms"]["p99"], TARGETS["planner_epoch_p99_ms"],
-                    "le"),
-                   ("per-step decision p99 <= 1 ms (CPU)", ours["step_decision_ms"]["p99"], TARGETS["step_decision_p99_ms"],
-                    "le")]
+        checks += [("planner epoch p99 <= 50 ms (CPU)", ours["planner_epoch_ms"]["p99"],
+                    TARGETS["planner_epoch_p99_ms"], "le"),
+                   ("per-step decision p99 <= 1 ms (CPU)", ours["step_decision_ms"]["p99"],
+                    TARGETS["step_decision_p99_ms"], "le")]
     out = []
     for label, value, target, sense in checks:
         met = value <= target if sense == "le" else value >= target
