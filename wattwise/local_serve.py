@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Self
 
 import httpx
+import psutil
 import yaml
 
 from app.config import hash_key
@@ -64,6 +65,7 @@ class LocalServe:
         ingress: IngressMode = DEFAULT_INGRESS,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
+        self._process_group: int | None = None  # the cluster's, once `ray start` ran
         self.http_port = free_port()
         self.metrics_port = free_port()
         self.gcs_port = free_port()
@@ -126,11 +128,22 @@ class LocalServe:
             subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
 
     def start(self, timeout_s: float = 240) -> Self:
-        self._run(
-            _bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
-            f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
-            f"--dashboard-port={self.dashboard_port}", "--disable-usage-stats",
-        )
+        # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
+        # the workers the raylet forks and Serve's HAProxy stay in its process group, which
+        # `stop` ends, and nothing else on the machine.
+        with open(self.log_path, "a") as log:
+            head = subprocess.Popen(
+                [_bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
+                 f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
+                 f"--dashboard-port={self.dashboard_port}", "--disable-usage-stats"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self._process_group = head.pid
+        try:
+            if head.wait(timeout=180) != 0:
+                raise subprocess.CalledProcessError(head.returncode, head.args)
+        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
+            self.stop()
+            raise
         try:
             self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}",
                       str(self.config_path))
@@ -181,15 +194,34 @@ class LocalServe:
         except httpx.HTTPError:
             return False
 
-    def stop(self) -> None:
-        subprocess.run([_bin("ray"), "stop", "--force"], env=self.env, capture_output=True, timeout=120, check=False)
-        stop_orphaned_haproxy()
+    def stop(self, timeout_s: float = 60) -> None:
+        """End this cluster: SIGKILL to its process group, then wait until none of it runs.
+        (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
+        for the init process to reap each kind of process in turn: seconds per stop.)"""
+        if self._process_group is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process_group, signal.SIGKILL)
+        deadline = time.monotonic() + timeout_s
+        while _running_in_group(self._process_group) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self._process_group = None
 
     def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _running_in_group(group: int) -> bool:
+    """Whether a process of this group still runs (killed ones linger as zombies until
+    the init process reaps them; they hold no ports)."""
+    for proc in psutil.process_iter(["status"]):
+        with contextlib.suppress(psutil.Error, ProcessLookupError):
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == group:
+                return True
+    return False
 
 
 def haproxy_pids() -> set[int]:
@@ -208,5 +240,6 @@ def stop_orphaned_haproxy() -> None:
     """Serve's HAProxy is a child of a Ray actor that `ray stop --force` kills, not a Ray
     process itself: it outlives the cluster (Ray 2.60), holding the HTTP port and its fixed
     stats (8404) and metrics (9101) ports, and the next cluster's HAProxy cannot start.
-    Called where every Ray on the machine was just stopped."""
+    Called where every Ray on the machine was just stopped that way (LocalServe ends its
+    cluster's process group instead, HAProxy included)."""
     stop_haproxy(haproxy_pids())

@@ -1,6 +1,5 @@
 """A local Ray cluster with the app from serve_config.yaml (tests.factories.quick_config), per
-test module that asks for `served` (one at a time: LocalServe.stop stops every Ray on the
-machine)."""
+test module that asks for `served` (one at a time: Serve's HAProxy listens on fixed ports)."""
 
 from collections.abc import Iterator
 
