@@ -1,9 +1,8 @@
 """The tiers: tests/unit/ (pure, seconds), tests/ray/ (start a local Ray cluster or a Serve
 app, one at a time: their ports are fixed and tests/ray/test_machine_autoscaling.py runs
-`ray stop --force`), tests/vllm/ (run vLLM;
-skipped without the [cpu] or [gpu] extra). A run collects them in that order, so a pure
-failure shows first, and marks them: `-m ray` / `-m vllm` select a tier, `tests/unit` is the
-quick loop."""
+`ray stop --force`), tests/vllm/ (run vLLM; skipped without the [cpu] or [gpu] extra). A run
+collects them in that order, so a pure failure shows first, and marks them: `-m ray` /
+`-m vllm` select a tier, `tests/unit` is the quick loop."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ class LocalServe:
         ingress: IngressMode = DEFAULT_INGRESS,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
-        self._process_group: int | None = None  # the cluster's, once `ray start` ran
+        self._session: int | None = None  # the cluster's session id, once `ray start` ran
         self.http_port = free_port()
         self.metrics_port = free_port()
         self.gcs_port = free_port()
@@ -129,15 +129,15 @@ class LocalServe:
 
     def start(self, timeout_s: float = 240) -> Self:
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
-        # the workers the raylet forks and Serve's HAProxy stay in its process group, which
-        # `stop` ends, and nothing else on the machine.
+        # the workers the raylet forks and Serve's HAProxy stay in that session (workers
+        # change process group, not session), which `stop` ends, and nothing else.
         with open(self.log_path, "a") as log:
             head = subprocess.Popen(
                 [_bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
                  f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
                  f"--dashboard-port={self.dashboard_port}", "--disable-usage-stats"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        self._process_group = head.pid
+        self._session = head.pid
         try:
             if head.wait(timeout=180) != 0:
                 raise subprocess.CalledProcessError(head.returncode, head.args)
@@ -195,17 +195,18 @@ class LocalServe:
             return False
 
     def stop(self, timeout_s: float = 60) -> None:
-        """End this cluster: SIGKILL to its process group, then wait until none of it runs.
+        """End this cluster: SIGKILL to every process of its session until none runs.
         (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
         for the init process to reap each kind of process in turn: seconds per stop.)"""
-        if self._process_group is None:
+        if self._session is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self._process_group, signal.SIGKILL)
         deadline = time.monotonic() + timeout_s
-        while _running_in_group(self._process_group) and time.monotonic() < deadline:
+        while (running := _running_in_session(self._session)) and time.monotonic() < deadline:
+            for proc in running:  # again while any runs: a process may fork as it is killed
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
             time.sleep(0.1)
-        self._process_group = None
+        self._session = None
 
     def __enter__(self) -> Self:
         return self.start()
@@ -214,14 +215,15 @@ class LocalServe:
         self.stop()
 
 
-def _running_in_group(group: int) -> bool:
-    """Whether a process of this group still runs (killed ones linger as zombies until
-    the init process reaps them; they hold no ports)."""
+def _running_in_session(session: int) -> list[psutil.Process]:
+    """This session's processes that still run (killed ones linger as zombies until the
+    init process reaps them; they hold no ports)."""
+    running = []
     for proc in psutil.process_iter(["status"]):
         with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(proc.pid) == group:
-                return True
-    return False
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == session:
+                running.append(proc)
+    return running
 
 
 def haproxy_pids() -> set[int]:
@@ -241,5 +243,5 @@ def stop_orphaned_haproxy() -> None:
     process itself: it outlives the cluster (Ray 2.60), holding the HTTP port and its fixed
     stats (8404) and metrics (9101) ports, and the next cluster's HAProxy cannot start.
     Called where every Ray on the machine was just stopped that way (LocalServe ends its
-    cluster's process group instead, HAProxy included)."""
+    cluster's session instead, HAProxy included)."""
     stop_haproxy(haproxy_pids())

@@ -1,5 +1,5 @@
-"""LocalServe's clean-up: its own cluster's process group, nothing else; and Serve's HAProxy,
-which `ray stop` leaves running (Ray 2.60)."""
+"""LocalServe's clean-up: its own cluster's session, nothing else; and Serve's HAProxy, which
+`ray stop` leaves running (Ray 2.60)."""
 
 import os
 import subprocess
@@ -10,24 +10,28 @@ import psutil
 from tests.live_app import wait_for
 from wattwise.local_serve import LocalServe, haproxy_pids, stop_haproxy
 
+# What a Ray worker does before it starts HAProxy: a process group of its own.
+OWN_GROUP = f"{sys.executable} -c 'import os, time; os.setpgrp(); time.sleep(600)'"
 
-def test_stop_ends_the_clusters_process_group_and_nothing_else() -> None:
-    """A stand-in for `ray start`'s daemons: a leader that exits, leaving children (and a
-    grandchild, as the raylet forks workers) in its group."""
-    cluster = subprocess.Popen(["bash", "-c", "sleep 600 & bash -c 'sleep 600 & wait' & disown -a"],
+
+def test_stop_ends_the_clusters_session_and_nothing_else() -> None:
+    """A stand-in for `ray start`: a leader that exits, leaving in its session a child, a
+    grandchild (the raylet forks workers) and one in a process group of its own."""
+    cluster = subprocess.Popen(["bash", "-c", f"sleep 600 & bash -c 'sleep 600 & wait' & {OWN_GROUP} & disown -a"],
                                start_new_session=True)
     outsider = subprocess.Popen(["sleep", "600"])
     try:
         cluster.wait(timeout=60)
-        group = cluster.pid
+        session = cluster.pid
 
         def members() -> list[psutil.Process]:
             return [p for p in psutil.process_iter(["status"])
-                    if p.info["status"] != psutil.STATUS_ZOMBIE and _group_of(p.pid) == group]
+                    if p.info["status"] != psutil.STATUS_ZOMBIE and _session_of(p.pid) == session]
 
-        wait_for(lambda: len(members()) == 3, 60, "the group's three sleepers", poll_s=0.05)
+        wait_for(lambda: len({os.getpgid(p.pid) for p in members()}) == 2 and len(members()) == 4, 60,
+                 "four sleepers in two process groups", poll_s=0.05)
         local = LocalServe()
-        local._process_group = group
+        local._session = session
         local.stop()
         assert members() == [] and outsider.poll() is None
         local.stop()  # stopping twice is harmless
@@ -36,9 +40,9 @@ def test_stop_ends_the_clusters_process_group_and_nothing_else() -> None:
         outsider.wait()
 
 
-def _group_of(pid: int) -> int | None:
+def _session_of(pid: int) -> int | None:
     try:
-        return os.getpgid(pid)
+        return os.getsid(pid)
     except ProcessLookupError:
         return None
 
