@@ -21,7 +21,7 @@ def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
     from deployments.plan_store import PlanReply, plan_store
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         app = f"recovery-{os.getpid()}"
         store = plan_store(app)

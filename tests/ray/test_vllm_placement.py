@@ -20,7 +20,9 @@ def test_a_tp_replica_finds_its_workers_gpus_in_its_placement_group() -> None:
         def gpus(self) -> list[int]:
             return [int(g) for g in ray.get_gpu_ids()]
 
-    ray.init(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
+    # A cluster of its own even where another Ray still runs (an earlier module's that was
+    # still stopping made a plain ray.init() connect to it and refuse num_gpus, in CI).
+    ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     try:
         groups = [placement_group([{"CPU": 0.01}, {"GPU": 1}, {"GPU": 1}], strategy="STRICT_PACK") for _ in range(2)]
         ray.get([g.ready() for g in groups])
