@@ -132,6 +132,8 @@ class _Common(BaseModel):
     top_p: float | None = Field(default=None, gt=0, le=1)
     stop: StopSequence | Annotated[list[StopSequence], Field(max_length=MAX_STOP_SEQUENCES)] | None = None
     seed: int | None = Field(default=None, ge=-(2**63), lt=2**63)
+    ignore_eos: bool = Field(default=False, description=(
+        "vLLM's extension: generate max_tokens tokens, past any end-of-sequence token."))
     # Accepted for compatibility and validated; no engine here acts on them.
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)

@@ -37,5 +37,5 @@ def sampling_of(body: Any) -> Sampling:
     return Sampling(
         temperature=_number(extra, "temperature", 1.0, 0.0, 2.0),
         top_p=_number(extra, "top_p", 1.0, 0.0, 1.0, lo_open=True),
-        stop=stops, seed=seed,
+        stop=stops, seed=seed, ignore_eos=extra.get("ignore_eos") is True,
     )

@@ -15,3 +15,6 @@ class Sampling:
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # vLLM's extension: generate max_tokens tokens, past any end-of-sequence token (benchmarks
+    # that replay a trace's output lengths need the engine to produce exactly that many).
+    ignore_eos: bool = False

@@ -77,7 +77,8 @@ def _row(window: list[VllmStep], elapsed_s: float, tp: int, clock_mhz: float) ->
 async def measure_run(engine, batch: int, prompt_tokens: int, output_tokens: int) -> list[VllmStep]:
     """The steps of `batch` requests of `prompt_tokens` (unique prefixes: no prefix-cache
     hits) and up to `output_tokens` each (greedy; EOS may end one earlier), sent at once."""
-    prompts = [prompt_of_tokens(engine, prompt_tokens, f"{uuid.uuid4().hex[:8]}: ") for _ in range(batch)]
+    prompts = [prompt_of_tokens(engine.count_tokens, prompt_tokens, f"{uuid.uuid4().hex[:8]}: ")
+               for _ in range(batch)]
     steps: list[VllmStep] = []
     engine.tracker.step_observers.append(steps.append)
     try:
@@ -113,7 +114,8 @@ async def measure_ips(engine, batch_sizes: tuple[int, ...] = BATCH_SIZES, repeat
     max_len = int(engine.config.max_model_len or 1024)
     tp = engine.config.tensor_parallel
     clock = engine.stats().clock_mhz or cpu_max_mhz()  # a GPU engine reports the clock it is held at
-    await _drain(engine, prompt_of_tokens(engine, 32, "warm-up: "), 8)  # the first request pays the warm-up
+    # The first request pays the warm-up.
+    await _drain(engine, prompt_of_tokens(engine.count_tokens, 32, "warm-up: "), 8)
     rows: list[tuple[float, ...]] = []
     runs: list[int] = []
     run = 0

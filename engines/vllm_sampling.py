@@ -14,5 +14,5 @@ def sampling_params(request: Request) -> Any:
     s = request.sampling
     return SamplingParams(
         temperature=s.temperature, top_p=s.top_p, stop=list(s.stop) or None, seed=s.seed,
-        max_tokens=request.max_tokens, output_kind=RequestOutputKind.DELTA,
+        max_tokens=request.max_tokens, ignore_eos=s.ignore_eos, output_kind=RequestOutputKind.DELTA,
     )

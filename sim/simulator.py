@@ -131,11 +131,14 @@ class Simulator:
         lengths: LengthClassConfig = LengthClassConfig(),
         services: dict[str, ServiceClass] | None = None,
         on_progress: Callable[[float, float], None] | None = None,
+        perf: PerfModel | None = None,
     ) -> None:
+        """`perf` models the replicas' steps (e.g. one fitted on a real engine's profile,
+        energy.engine_fit); None: the config's named profile."""
         self.workload = workload
         self.policy = policy
         self.config = config
-        self.perf = default_perf_model(config.model, config.hardware, config.profile)
+        self.perf = perf or default_perf_model(config.model, config.hardware, config.profile)
         self.pools = {p.name: Pool(i, p) for i, p in enumerate(pools)}
         pool_of_class = {cls: p.name for p in pools for cls in p.classes}
         self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)

@@ -116,6 +116,9 @@ def _profile(argv: list[str]) -> int:
     p.add_argument("--batches", default="1,4,16", help="vLLM: comma-separated batch sizes")
     p.add_argument("--contexts", default="64,256,768", help="vLLM: comma-separated prompt lengths (tokens)")
     p.add_argument("--output-tokens", type=int, default=32, help="vLLM: output tokens per request")
+    p.add_argument("--step-tokens", type=int, help="vLLM: skip (batch, context) pairs whose prompts exceed one "
+                   "engine step of this many tokens (max_num_batched_tokens): their TTFT and ITL span chunked, "
+                   "mixed steps, and the fit leaves them out")
     p.add_argument("--profile-out", help="vLLM: also fit the measured latencies and write DynamoLLM's energy "
                    "profile (JSON) here")
     p.add_argument("--fit-latency", help="comma-separated CSVs of --vllm-model runs (one per TP): fit them and "
@@ -161,7 +164,7 @@ def _profile_vllm(args) -> int:
 
     config = tiny_engine_config(args.vllm_model, **json.loads(args.vllm_engine))
     points = profile_engine(config, tuple(int(b) for b in args.batches.split(",")),
-                            tuple(int(c) for c in args.contexts.split(",")), args.output_tokens)
+                            tuple(int(c) for c in args.contexts.split(",")), args.output_tokens, args.step_tokens)
     save_latency_csv(points, args.out)
     print(f"{'batch':>6}{'context':>8}{'TTFT ms':>9}{'ITL ms':>8}{'tok/s':>8}{'energy J':>9}{'clock MHz':>10}")
     for pt in points:
@@ -261,6 +264,7 @@ BENCHES = {
     "vllm-overhead": "bench.vllm_overhead:main",
     "vllm-split": "bench.vllm_split:main",
     "vllm-client": "bench.vllm_client:main",
+    "live-vs-sim": "bench.live_vs_sim:main",
 }
 
 

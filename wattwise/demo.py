@@ -18,11 +18,9 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import openai
-import pydantic
 import yaml
 
 from app.config import AppConfig
@@ -34,6 +32,7 @@ from sim.scenario import build
 from sim.simulator import PoolSetup, Simulator
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
+from wattwise.streamed_completion import extra_fields, stream_completion
 
 MODEL = "llama2-70b-sim"
 MAX_CONTEXT_TOKENS = 8192
@@ -50,36 +49,19 @@ class Outcome:
     client_ttft_s: float | None = None
 
 
-def _extra(body: pydantic.BaseModel) -> dict[str, Any]:
-    """The fields of an OpenAI object the API does not define (our server's additions)."""
-    return body.model_extra or {}
-
-
 async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt: int, out: int,
                stream: bool) -> Outcome:
     await asyncio.sleep(max(0.0, start + arrival - time.monotonic()))
-    sent = time.monotonic()
     text = " ".join(["token"] * prompt)
     try:
         if not stream:
             resp = await client.completions.create(model=MODEL, prompt=text, max_tokens=out)
             usage = resp.usage
             assert usage is not None  # the server reports usage on every completion
-            return Outcome(arrival, "ok", False, _extra(resp).get("wattwise"), _extra(usage)["energy_j"],
+            return Outcome(arrival, "ok", False, extra_fields(resp).get("wattwise"), extra_fields(usage)["energy_j"],
                            usage.completion_tokens)
-        result = Outcome(arrival, "ok", True)
-        chunks = await client.completions.create(
-            model=MODEL, prompt=text, max_tokens=out, stream=True, stream_options={"include_usage": True}
-        )
-        async for chunk in chunks:
-            if chunk.choices and chunk.choices[0].text and result.client_ttft_s is None:
-                result.client_ttft_s = time.monotonic() - sent
-            if _extra(chunk).get("wattwise"):
-                result.report = _extra(chunk)["wattwise"]
-            if chunk.usage:
-                result.energy_j = _extra(chunk.usage)["energy_j"]
-                result.completion_tokens = chunk.usage.completion_tokens
-        return result
+        done = await stream_completion(client, MODEL, text, out)
+        return Outcome(arrival, "ok", True, done.report, done.energy_j, done.completion_tokens, done.ttft_s)
     except openai.APIError as exc:
         return Outcome(arrival, type(exc).__name__, stream)
 

@@ -58,6 +58,7 @@ def _rejected(schema: type, body: dict[str, Any]) -> APIError:
     ({"logit_bias": {"42": 101}}, "logit_bias.42"), ({"user": "u" * 257}, "user"), ({"prompt": "\ud800"}, "prompt"),
     ({"prompt": ["ok", "\udfff"]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "  "}, "prompt"),
     ({"prompt": [1, 2]}, "prompt"), ({"seed": 2**64}, "seed"), ({"logprobs": 6}, "logprobs"),
+    ({"ignore_eos": "yes"}, "ignore_eos"),
 ])
 def test_bad_completion_fields_are_400_naming_the_field(extra: dict[str, Any], param: str) -> None:
     err = _rejected(CompletionRequest, {"model": MODEL, "prompt": "hi", **extra})
@@ -74,6 +75,15 @@ def test_bad_completion_fields_are_400_naming_the_field(extra: dict[str, Any], p
 def test_bad_chat_messages_are_400_naming_the_field(messages: list, param: str) -> None:
     err = _rejected(ChatCompletionRequest, {"model": MODEL, "messages": messages})
     assert (err.status, err.param) == (400, param)
+
+
+def test_ignore_eos_reaches_the_engines_sampling() -> None:
+    """vLLM's extension: a benchmark replaying output lengths asks for max_tokens past EOS."""
+    from app.sampling import sampling_of
+
+    body = {"model": MODEL, "prompt": "hi"}
+    assert sampling_of(CompletionRequest.model_validate({**body, "ignore_eos": True})).ignore_eos
+    assert not sampling_of(CompletionRequest.model_validate(body)).ignore_eos
 
 
 def test_unknown_fields_pass_but_must_be_clean() -> None:

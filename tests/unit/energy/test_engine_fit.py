@@ -1,6 +1,7 @@
 """A real engine's measured latencies become DynamoLLM's profile (energy.engine_fit)."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -71,6 +72,42 @@ def test_fit_recovers_the_engine_that_produced_the_points() -> None:
                                                                       rel=0.02)
     with pytest.raises(ValueError, match=">= 3"):
         fit_engine_perf_model(points[:2], MODELS["llama2-70b"], GPUS["h100-80gb"])
+
+
+def test_points_whose_prompts_span_several_engine_steps_are_left_out() -> None:
+    """A batch whose prompts exceed the step budget is prefilled in chunks while its first
+    requests decode: neither its mean TTFT nor its ITL is one step's time."""
+    truth = PerfModel(GPUS["h100-80gb"], MODELS["llama2-70b"], {1: TRUE_FITS[1]})
+    budget = 4 * 256
+    chunked = [replace(p, ttft_s=p.ttft_s * 0.6, itl_s=p.itl_s * 1.5) if p.batch * p.context_tokens > budget else p
+               for p in _measured(truth)]
+    fitted = fit_engine_perf_model(chunked, MODELS["llama2-70b"], GPUS["h100-80gb"], step_tokens=budget)
+    for tokens in (300, 3000):
+        assert fitted.prefill_time_s(tokens, tokens**2, 1, 1980) == pytest.approx(
+            truth.prefill_time_s(tokens, tokens**2, 1, 1980), rel=0.02)
+    assert fitted.decode_time_s(16, 16 * 800, 1, 1980) == pytest.approx(truth.decode_time_s(16, 16 * 800, 1, 1980),
+                                                                        rel=0.02)
+    (quality,) = fit_quality(fitted, chunked, step_tokens=budget)
+    assert quality.points == 6 and quality.prompt_mape_pct < 1 and quality.token_mape_pct < 1
+    naive = fit_engine_perf_model(chunked, MODELS["llama2-70b"], GPUS["h100-80gb"])
+    assert naive.prefill_time_s(3000, 3000**2, 1, 1980) < 0.9 * truth.prefill_time_s(3000, 3000**2, 1, 1980)
+    with pytest.raises(ValueError, match="one step"):
+        fit_engine_perf_model(chunked, MODELS["llama2-70b"], GPUS["h100-80gb"], step_tokens=64)
+
+
+def test_prefill_can_be_fitted_on_batches_of_one_alone() -> None:
+    """A batch's requests reach a running engine over more than one step, so its mean TTFT
+    is not one prefill step: with prefill_batch_one only batch-1 points fit prefill."""
+    truth = PerfModel(GPUS["h100-80gb"], MODELS["llama2-70b"], {1: TRUE_FITS[1]})
+    staggered = [replace(p, ttft_s=p.ttft_s * 1.4) if p.batch > 1 else p for p in _measured(truth)]
+    fitted = fit_engine_perf_model(staggered, MODELS["llama2-70b"], GPUS["h100-80gb"], prefill_batch_one=True)
+    assert fitted.prefill_time_s(2000, 4 * 500**2, 1, 1980) == pytest.approx(
+        truth.prefill_time_s(2000, 4 * 500**2, 1, 1980), rel=0.02)
+    (quality,) = fit_quality(fitted, staggered, prefill_batch_one=True)
+    assert quality.points == 9 and quality.prompt_mape_pct < 1 and quality.token_mape_pct < 1
+    with pytest.raises(ValueError, match="batch 1"):
+        fit_engine_perf_model([p for p in staggered if p.context_tokens != 64], MODELS["llama2-70b"],
+                              GPUS["h100-80gb"], prefill_batch_one=True)
 
 
 def test_cli_fits_latency_csvs_into_a_profile_dynamollm_plans_with(tmp_path: Path, capsys) -> None:

@@ -63,3 +63,17 @@ def test_concurrent_requests_share_batches() -> None:
     counts, wall_s = asyncio.run(main())
     assert counts == [30] * 16
     assert wall_s < 3.0  # batched: far less than 16 x 30 sequential steps (~15 s)
+
+
+def test_profiling_skips_batches_whose_prompts_exceed_one_step() -> None:
+    """engines.latency_profiling on the sim engine: a (batch, context) pair over the step
+    budget is not measured (its TTFT and ITL would span chunked, mixed steps)."""
+    from engines.latency_profiling import measure_latency
+
+    async def main() -> list[tuple[int, int]]:
+        engine = SimEngine(SimEngineConfig(tensor_parallel=8))
+        points = await measure_latency(engine, (1, 2), (16, 64), output_tokens=2, step_tokens=64)
+        await engine.shutdown()
+        return [(p.batch, p.context_tokens) for p in points]
+
+    assert asyncio.run(main()) == [(1, 16), (2, 16), (1, 64)]
