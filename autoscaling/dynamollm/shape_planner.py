@@ -25,6 +25,7 @@ from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from core.classes import LengthClassConfig
@@ -42,6 +43,12 @@ class ShapePlannerConfig(BaseModel):
     burst_margin: float = Field(default=0.25, ge=0, description=(
         "Extra load planned above the trailing peak rate, for bursts inside the re-plan period."))
     lookback_s: float = Field(default=120.0, gt=0, description="Window of the trailing peak rate.")
+    bursty_cv: float = Field(default=1.0, gt=0, description=(
+        "A pool whose interactive rate over `bursty_lookback_s` varies more than this (std over "
+        "mean of the plans' rates) is bursty: on/off traffic that a short trailing peak forgets "
+        "between bursts."))
+    bursty_lookback_s: float = Field(default=900.0, gt=0, description=(
+        "Window of the trailing peak rate for a bursty pool."))
     batch_window_s: float = Field(default=900.0, gt=0, description=(
         "Batch work is planned at its mean rate over this window, without a burst margin: it "
         "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
@@ -152,13 +159,17 @@ class PoolShapePlanner:
         history = self._history.setdefault(pool, deque())
         history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
                         {c: r * share for c, r in rates.items()}))
-        horizon = max(self.config.lookback_s, self.config.batch_window_s)
+        horizon = max(self.config.lookback_s, self.config.batch_window_s, self.config.bursty_lookback_s)
         while history and history[0][0] < now_s - horizon:
             history.popleft()
         peak: dict[str, float] = {}
         batch_sum: dict[str, float] = {}
+        lookback_s = self.config.lookback_s
+        totals = [sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s]
+        if len(totals) > 2 and np.mean(totals) > 0 and np.std(totals) / np.mean(totals) > self.config.bursty_cv:
+            lookback_s = self.config.bursty_lookback_s
         for t, interactive, batch in history:
-            if t >= now_s - self.config.lookback_s:
+            if t >= now_s - lookback_s:
                 for cls, r in interactive.items():
                     peak[cls] = max(peak.get(cls, 0.0), r)
             for cls, r in batch.items():

@@ -8,7 +8,13 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from autoscaling.dynamollm.shape_planner import cheapest_shape, needed_instances, shape_power_w
+from autoscaling.dynamollm.shape_planner import (
+    PoolShapePlanner,
+    ShapePlannerConfig,
+    cheapest_shape,
+    needed_instances,
+    shape_power_w,
+)
 from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import MachineConfig
 from autoscaling.throttllem.config import ThrottllemConfig
@@ -154,7 +160,8 @@ def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_
     assert high.replicas["pool-medium"] > low.replicas["pool-medium"]  # grows at once
     later = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 20.0)
     assert later.replicas["pool-medium"] == high.replicas["pool-medium"]  # shrinks only after the hold
-    epoch = policy.config.pool_epoch_s + policy.config.planner.lookback_s + 30.0
+    planner = policy.config.planner  # (three plans this far apart make a bursty pool: its longer window)
+    epoch = policy.config.pool_epoch_s + max(planner.lookback_s, planner.bursty_lookback_s) + 30.0
     settled = policy.observe(_view({"MS": 0.1, "LL": 0.1}), epoch)
     assert settled.tensor_parallel["pool-medium"] < 8  # low load: small TP pays at an epoch
     assert settled.replicas["pool-medium"] < high.replicas["pool-medium"]
@@ -179,6 +186,31 @@ def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_n
         now_s += policy.config.plan_interval_s
         running = policy.observe(late_view(running), now_s).replicas["pool-short"]
     assert running == forecast + 1
+
+
+def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it(profile) -> None:
+    """On/off traffic (the code trace: bursts of ~30 req/s minutes apart) is planned at the
+    peak of the last `bursty_lookback_s`, so the next burst finds the instances the last one
+    needed; a steady pool that peaked plans for its recent rate once `lookback_s` has passed."""
+    config = ShapePlannerConfig()
+    margin = 1.0 + config.burst_margin
+
+    def planned_after(rate_at) -> float:
+        planner = PoolShapePlanner(profile, config, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+        t, planned = 0.0, 0.0
+        while t <= 600.0:
+            planned = planner.planning_rates("pool-long", {"LM": rate_at(t)}, 0.0, t)["LM"]
+            t += 5.0
+        return planned
+
+    def bursty(t: float) -> float:  # 20 s bursts every 120 s, then quiet from t = 360 s
+        return 30.0 if t < 360.0 and t % 120.0 < 20.0 else 0.0
+
+    def steady(t: float) -> float:  # 10 req/s, 14 req/s for a minute at t = 300 s, then 10 again
+        return 14.0 if 300.0 <= t < 360.0 else 10.0
+
+    assert planned_after(bursty) == pytest.approx(30.0 * margin)
+    assert planned_after(steady) == pytest.approx(10.0 * margin)
 
 
 def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
