@@ -36,7 +36,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, astuple, dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -207,7 +207,7 @@ class ServeHop:
 
 
 async def measure_serve_hop(client: openai.AsyncOpenAI, model: str, point: LatencyPoint,
-                            count_tokens: Any) -> ServeHop:
+                            count_tokens: Callable[[str], int]) -> ServeHop:
     """One request at a time at `point`'s context and output length; the first is a warm-up."""
     done = []
     for i in range(HOP_REQUESTS):

@@ -40,12 +40,17 @@ class FitQuality:
     token_mape_pct: float
 
 
-def one_step(point: LatencyPoint, step_tokens: int | None) -> bool:
-    """Whether the point's prompts fit one engine step of `step_tokens` (vLLM's
-    max_num_batched_tokens; None: assume they do). A batch that does not is prefilled in
-    chunks over several steps, in which the first requests already decode: its mean TTFT
-    is not one prefill step's time, nor its ITL a decode step's."""
-    return step_tokens is None or point.batch * point.context_tokens <= step_tokens
+def one_step(batch: int, context_tokens: int, step_tokens: int | None) -> bool:
+    """Whether `batch` prompts of `context_tokens` fit one engine step of `step_tokens`
+    (vLLM's max_num_batched_tokens; None: assume they do). A batch that does not is
+    prefilled in chunks over several steps, in which the first requests already decode: its
+    mean TTFT is not one prefill step's time, nor its ITL a decode step's."""
+    return step_tokens is None or batch * context_tokens <= step_tokens
+
+
+def fittable(point: LatencyPoint, step_tokens: int | None) -> bool:
+    """A measured point the fit may use: both latencies seen, its prompts in one step."""
+    return point.itl_s > 0 and point.ttft_s > 0 and one_step(point.batch, point.context_tokens, step_tokens)
 
 
 def prefill_points(points: list[LatencyPoint], batch_one: bool) -> list[LatencyPoint]:
@@ -62,7 +67,7 @@ def fit_engine_perf_model(points: list[LatencyPoint], model: ModelSpec, gpu: Gpu
     and phase, since each phase has three coefficients."""
     by_tp: dict[int, list[LatencyPoint]] = defaultdict(list)
     for p in points:
-        if p.itl_s > 0 and p.ttft_s > 0 and one_step(p, step_tokens):
+        if fittable(p, step_tokens):
             by_tp[p.tensor_parallel].append(p)
     short = {tp: len(ps) for tp, ps in by_tp.items()
              if len(ps) < 3 or len(prefill_points(ps, prefill_batch_one)) < 3}
@@ -83,8 +88,7 @@ def fit_quality(perf: PerfModel, points: list[LatencyPoint], step_tokens: int | 
     clock = perf.gpu.max_clock_mhz
     out = []
     for tp in perf.tensor_parallel_degrees:
-        used = [p for p in points
-                if p.tensor_parallel == tp and p.itl_s > 0 and p.ttft_s > 0 and one_step(p, step_tokens)]
+        used = [p for p in points if p.tensor_parallel == tp and fittable(p, step_tokens)]
         rows = [as_measurement(p, perf.model.name, perf.gpu.name) for p in used]
         prompt_rows = [as_measurement(p, perf.model.name, perf.gpu.name)
                        for p in prefill_points(used, prefill_batch_one)]

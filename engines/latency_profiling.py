@@ -16,6 +16,7 @@ import numpy as np
 from core.request import Request
 from core.sampling import Sampling
 from core.slo import SLO
+from energy.engine_fit import one_step
 from energy.latency_points import LatencyPoint
 from engines.protocol import Engine, RequestUsage
 
@@ -48,7 +49,7 @@ async def measure_latency(engine: Engine, batches: tuple[int, ...], contexts: tu
     points = []
     for context in contexts:
         for batch in batches:
-            if step_tokens is not None and batch * context > step_tokens:
+            if not one_step(batch, context, step_tokens):
                 continue
             prompts = [prompt_of_tokens(engine.count_tokens, context, f"{uuid.uuid4().hex[:8]}: ")
                        for _ in range(batch)]

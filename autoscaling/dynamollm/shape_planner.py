@@ -165,8 +165,9 @@ class PoolShapePlanner:
         peak: dict[str, float] = {}
         batch_sum: dict[str, float] = {}
         lookback_s = self.config.lookback_s
-        totals = [sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s]
-        if len(totals) > 2 and np.mean(totals) > 0 and np.std(totals) / np.mean(totals) > self.config.bursty_cv:
+        totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s])
+        mean = totals.mean() if len(totals) > 2 else 0.0
+        if mean > 0 and totals.std() / mean > self.config.bursty_cv:
             lookback_s = self.config.bursty_lookback_s
         for t, interactive, batch in history:
             if t >= now_s - lookback_s:
