@@ -116,8 +116,8 @@ class ApiKey(BaseModel):
     sha256: str = Field(pattern=r"^[0-9a-f]{64}$", repr=False, description="sha256 hex of the key; the key itself is never stored.")
     tenant: str = Field(min_length=1, max_length=128, description="Tenant the key belongs to; its keys share its rate limits.")
     service_class: str = Field(default="interactive", description="Service class of the key's requests (a key of `services`).")
-    requests_per_s: float | None = Field(default=None, gt=0, description="Requests per second per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.")
-    tokens_per_s: float | None = Field(default=None, gt=0, description="Tokens per second per ingress replica; None: unlimited. Over the limit: 429 with Retry-After.")
+    requests_per_s: float | None = Field(default=None, gt=0, description="Requests per second for the whole app, however many ingress replicas serve it; None: unlimited. Over the limit: 429 with Retry-After.")
+    tokens_per_s: float | None = Field(default=None, gt=0, description="Tokens (prompt + max_tokens) per second for the whole app; None: unlimited. Over the limit: 429 with Retry-After.")
     ttft_s: float | None = Field(default=None, gt=0, description="The tenant's own time-to-first-token target (s); replaces the service class's and length class's.")
     tbt_s: float | None = Field(default=None, gt=0, description="The tenant's own time-between-tokens target (s); replaces the service class's and length class's.")
 

@@ -24,6 +24,7 @@ from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from deployments.batch_queue import BatchQueue
 from deployments.ingress import Ingress
 from deployments.plan_store import follow_plan
+from deployments.rate_ledger import RateLimitGate, rate_ledger
 from deployments.replica import LLMReplica, ReplicaIdentity
 from deployments.splitwise_coordinator import SplitwiseCoordinator
 from engines.factory import make_engine
@@ -50,13 +51,16 @@ class _ServedReplica(LLMReplica):
 
 
 class _ServedIngress(Ingress):
-    """The ingress in Serve: its app config validated, the plan followed, its routes served."""
+    """The ingress in Serve: its app config validated, the plan followed, rate limits held
+    app-wide by the ledger, its routes served."""
 
     def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
         app_name = serve.get_replica_context().app_name
-        super().__init__(AppConfig.model_validate(config), pools, app_name, batch_queue, splitwise,
-                         follow_plan=partial(follow_plan, app_name))
+        app_config = AppConfig.model_validate(config)
+        rate_limits = RateLimitGate(app_config, app_name, ledger_of=partial(rate_ledger, app_name))
+        super().__init__(app_config, pools, app_name, batch_queue, splitwise,
+                         follow_plan=partial(follow_plan, app_name), rate_limits=rate_limits)
 
     def __serve_build_asgi_app__(self) -> FastAPI:
         """Serve calls this in the replica after __init__: this replica's own app."""

@@ -36,7 +36,6 @@ from app.openai_api import (
     usage_dict,
 )
 from app.prompt_tokenizer import prompt_tokenizer
-from app.rate_limit import TenantLimiter
 from app.route import WeightedRouter
 from app.sampling import sampling_of
 from core.plan import ClusterPlan
@@ -47,6 +46,7 @@ from deployments.http_app import build_http_app
 from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from deployments.phase_split import PhaseSplit
+from deployments.rate_ledger import RateLimitGate
 from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
 from deployments.tracing import tracer
 from prediction.predictor_factory import make_predictor
@@ -134,7 +134,8 @@ def _public_usage(result: ReplicaChunk) -> dict[str, Any] | None:
 class Ingress:
     def __init__(self, config: AppConfig, pools: dict[str, DeploymentHandle], app_name: str,
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None,
-                 follow_plan: PlanFollower | None = None, state: IngressState | None = None) -> None:
+                 follow_plan: PlanFollower | None = None, state: IngressState | None = None,
+                 rate_limits: RateLimitGate | None = None) -> None:
         self.config = config
         phase_split = PhaseSplit(pools, splitwise, config.splitwise) if splitwise else None
         # What the routes share (the admin and Batch API routers depend on it, not on this class).
@@ -146,8 +147,8 @@ class Ingress:
         self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
         self.classifier = Classifier(config.lengths, config.services, config.pool_of_class())
         self.predictor = make_predictor(config.predictor, config.lengths, config.prior_output_tokens)
-        self.limiter = TenantLimiter({k.tenant: (k.requests_per_s, k.tokens_per_s) for k in config.api_keys},
-                                     config.rate_limit_burst_s)
+        # In Serve, limits hold across ingress replicas (deployments.rate_ledger); here, in-process.
+        self.rate_limits = rate_limits if rate_limits is not None else RateLimitGate(config, app_name)
         self.router = WeightedRouter()
         self._follow_plan = follow_plan  # None: no controller (tests apply plans themselves)
         self._follower: asyncio.Task | None = None
@@ -176,7 +177,7 @@ class Ingress:
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
                                                tenant.slo_override)
-                self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
+                await self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
                 drained = self.state.drained
                 pool = self.state.undrained(self.router.pick(
                     request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
@@ -289,8 +290,8 @@ class Ingress:
         except APIError as err:
             return False, err.body()["error"]
 
-    def _check_rate(self, tenant: str, tokens: int) -> None:
-        wait_s = self.limiter.retry_after_s(tenant, tokens, time.monotonic())
+    async def _check_rate(self, tenant: str, tokens: int) -> None:
+        wait_s = await self.rate_limits.retry_after_s(tenant, tokens)
         if wait_s is not None:
             raise APIError(429, f"Rate limit reached for tenant {tenant!r}; retry in {wait_s:.1f} s.", "requests",
                            code="rate_limit_exceeded", retry_after_s=wait_s)

@@ -7,6 +7,7 @@ Serve adds deployment, replica and application tags.
 from __future__ import annotations
 
 from ray.serve import metrics
+from ray.util import metrics as ray_metrics
 
 from core.stats import ReplicaStats
 from engines.protocol import RequestUsage
@@ -14,6 +15,14 @@ from engines.protocol import RequestUsage
 _LATENCY_BOUNDS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5, 3, 6, 12, 30, 60, 120, 300]
 _ITL_BOUNDS_S = [0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
 _REQUEST_TAGS = ("pool", "length_class", "service_class")
+
+
+def zero_counter(counter: ray_metrics.Counter, tags: dict[str, str]) -> None:
+    """Export a counter's series at 0, so a healthy system shows 0 rather than no data
+    (Counter.inc refuses 0; recording a 0 increment creates the series)."""
+    counter._record(0.0, tags)
+
+
 # `type: ignore[arg-type]` below: Ray annotates tag_keys as Tuple[str] (exactly one key) though it
 # takes any number of keys.
 

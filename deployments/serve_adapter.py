@@ -47,6 +47,7 @@ from autoscaling.shadow_rollout import (
 from core.plan import ClusterPlan
 from core.stats import RATE_PREFIX, ReplicaStats
 from core.view import ClusterView, DeploymentView
+from deployments.metrics import zero_counter
 from deployments.plan_store import STORE_GONE, plan_store, plan_to_dict
 
 logger = logging.getLogger("ray.serve")
@@ -129,12 +130,6 @@ class OperatorPins:
 ROLLOUT_OUTCOMES = ("completed", "abandoned", "cancelled", "retargeted")
 
 
-def _zero(counter: ray_metrics.Counter, tags: dict[str, str]) -> None:
-    """Export a counter's series at 0, so a healthy system shows 0 rather than no data
-    (Counter.inc refuses 0; recording a 0 increment creates the series)."""
-    counter._record(0.0, tags)
-
-
 class ControllerMetrics:
     """The controller-side gauges and counters; created only inside a Ray worker, and set
     at the first call (fail-static 0, counters at 0) so dashboards never show gaps."""
@@ -169,7 +164,7 @@ class ControllerMetrics:
             "wattwise_plan_routing_weight", "Share of a service class the plan routes to each pool.",
             tag_keys=("application", "service_class", "pool"))
         self.fail_static.set(0.0, self._tags())
-        _zero(self.failures, self._tags(reason="stale_stats"))
+        zero_counter(self.failures, self._tags(reason="stale_stats"))
         self._rollout_pools: set[str] = set()
 
     def _tags(self, **more: str) -> dict[str, str]:
@@ -187,7 +182,7 @@ class ControllerMetrics:
         """The decisions of the plan the controller holds, one gauge per field and pool."""
         for pool in plan.tensor_parallel.keys() - self._rollout_pools:  # rollout counters from 0
             for outcome in ROLLOUT_OUTCOMES:
-                _zero(self.rollouts, self._tags(pool=pool, outcome=outcome))
+                zero_counter(self.rollouts, self._tags(pool=pool, outcome=outcome))
             self._rollout_pools.add(pool)
         self.plan_version.set(version, self._tags())
         self.plan_age.set(age_s, self._tags())

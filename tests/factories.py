@@ -64,5 +64,3 @@ def quick_config(config: dict[str, Any]) -> None:
     ]
     for pool in app["args"]["pools"]:
         pool["autoscaling"]["max_replicas"] = 3
-    # One ingress: tenant rate limits are kept per ingress replica, and the 429 test needs one bucket.
-    app["args"]["ingress_replicas"] = 1
