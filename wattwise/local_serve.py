@@ -7,6 +7,7 @@ exercise the same `serve run CONFIG` path users take.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
@@ -48,6 +49,48 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+# Serve gives each ingress replica an HTTP and a gRPC port of its own (direct ingress, which
+# HAProxy forwards to) from fixed ranges (30000-31000, 40000-41000), bound with SO_REUSEPORT:
+# two clusters on one machine would share replica ports, and the kernel would hand one
+# cluster's requests to the other's replicas. Each LocalServe claims a window of its own.
+PORT_WINDOWS = 50
+PORT_WINDOW_SIZE = 100
+HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral range and Serve's defaults
+
+
+class PortWindow:
+    """A window of replica ports held for one cluster's life: window i is claimed by an
+    exclusive lock on a file named after it, so two clusters never get the same window
+    (the lock ends with the holder, even a killed one)."""
+
+    def __init__(self, lock_dir: Path | None = None) -> None:
+        lock_dir = lock_dir or Path(tempfile.gettempdir()) / "wattwise-port-windows"
+        lock_dir.mkdir(exist_ok=True)
+        for index in range(PORT_WINDOWS):
+            handle = open(lock_dir / f"{index}.lock", "w")  # noqa: SIM115 (held open: the lock lasts as long)
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.close()
+                continue
+            self.index, self._handle = index, handle
+            return
+        raise RuntimeError(f"all {PORT_WINDOWS} replica port windows are held (locks in {lock_dir})")
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Serve's replica port ranges for this window."""
+        http = HTTP_WINDOWS_START + self.index * PORT_WINDOW_SIZE
+        grpc = GRPC_WINDOWS_START + self.index * PORT_WINDOW_SIZE
+        return {"RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT": str(http),
+                "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + PORT_WINDOW_SIZE - 1),
+                "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
+                "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + PORT_WINDOW_SIZE - 1)}
+
+    def release(self) -> None:
+        self._handle.close()
+
+
 def _bin(name: str) -> str:
     """The console script next to this interpreter (the venv's), else on PATH."""
     candidate = Path(sys.executable).parent / name
@@ -75,7 +118,11 @@ class LocalServe:
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
-        self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port = free_ports(4)
+        # Every port this cluster binds is its own, so that two clusters (two test runs, a demo
+        # beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers.
+        (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
+         self._agent_port, haproxy_stats_port, haproxy_metrics_port, fallback_http_port,
+         fallback_grpc_port) = free_ports(10)
         self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
@@ -91,11 +138,19 @@ class LocalServe:
         self.config = config
         self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._ports = PortWindow()
         self.env = {
             # A proxy that answers its health check slowly on a loaded laptop or CI box is
             # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).
             "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
             "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
+            "RAY_SERVE_HAPROXY_STATS_PORT": str(haproxy_stats_port),
+            "RAY_SERVE_HAPROXY_METRICS_PORT": str(haproxy_metrics_port),
+            # Under HAProxy, Serve's own proxy stays on as HAProxy's fallback, bound with
+            # SO_REUSEPORT: on a shared port another cluster's proxy would answer our requests.
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(fallback_http_port),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(fallback_grpc_port),
+            **self._ports.env,
             **os.environ,
             "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback
             "RAY_USAGE_STATS_ENABLED": "0",
@@ -141,7 +196,8 @@ class LocalServe:
             head = subprocess.Popen(
                 [_bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
                  f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
-                 f"--dashboard-port={self.dashboard_port}", "--disable-usage-stats"],
+                 f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={self._client_port}",
+                 f"--dashboard-agent-listen-port={self._agent_port}", "--disable-usage-stats"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._session = head.pid
         try:
@@ -205,6 +261,7 @@ class LocalServe:
         (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
         for the init process to reap each kind of process in turn: seconds per stop.)"""
         if self._session is None:
+            self._ports.release()
             return
         deadline = time.monotonic() + timeout_s
         while (running := _running_in_session(self._session)) and time.monotonic() < deadline:
@@ -213,6 +270,7 @@ class LocalServe:
                     proc.kill()
             time.sleep(0.1)
         self._session = None
+        self._ports.release()  # after the replicas that bound its ports are gone
 
     def __enter__(self) -> Self:
         return self.start()
@@ -244,10 +302,10 @@ def stop_haproxy(pids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def stop_orphaned_haproxy() -> None:
-    """Serve's HAProxy is a child of a Ray actor that `ray stop --force` kills, not a Ray
-    process itself: it outlives the cluster (Ray 2.60), holding the HTTP port and its fixed
-    stats (8404) and metrics (9101) ports, and the next cluster's HAProxy cannot start.
-    Called where every Ray on the machine was just stopped that way (LocalServe ends its
-    cluster's session instead, HAProxy included)."""
-    stop_haproxy(haproxy_pids())
+def stop_haproxy_of_nodes(node_ids: list[str]) -> None:
+    """Stop the HAProxy of these Ray nodes only (its config lives under a folder named after
+    its node): a cluster of raylets on this machine (ray.cluster_utils.Cluster) leaves its
+    head's HAProxy running when it shuts down, and other clusters may be running beside it."""
+    found = subprocess.run(["pgrep", "-a", "-f", HAPROXY_BINARY_MARK], capture_output=True, text=True, check=False)
+    stop_haproxy({int(line.split()[0]) for line in found.stdout.splitlines()
+                  if any(f"/{node_id}/" in line for node_id in node_ids)})

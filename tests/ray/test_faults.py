@@ -43,6 +43,7 @@ def _fault_config(config: dict[str, Any]) -> None:
     quick_config(config)
     app = config["applications"][0]
     app["args"]["max_retries"] = 2
+    app["args"]["ingress_replicas"] = 1  # /admin/requests counts what the answering ingress replica saw
     for pool in app["args"]["pools"]:
         if pool["name"] == "short":
             pool["autoscaling"].update({"min_replicas": 2, "max_replicas": 3})

@@ -46,7 +46,8 @@ from tests.factories import APP, INTERACTIVE_KEY, quick_config
 from tests.live_app import wait_for
 from wattwise.local_serve import _bin, free_port
 
-pytestmark = pytest.mark.ray
+# Ray's AutoscalingCluster ends with `ray stop --force`, which ends every Ray on the machine.
+pytestmark = [pytest.mark.ray, pytest.mark.machine_wide]
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "long"  # serve_config.gpu.yaml's TP8 pool: one replica fills one 8-GPU node

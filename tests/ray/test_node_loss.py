@@ -37,7 +37,7 @@ import yaml
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import wait_for
 from wattwise.ingress_mode import DEFAULT_INGRESS
-from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, stop_orphaned_haproxy
+from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, stop_haproxy_of_nodes
 
 pytestmark = pytest.mark.ray
 
@@ -193,9 +193,10 @@ class LiveCluster:
 
         subprocess.run([_bin("serve"), "shutdown", "-y", "-a", self.cluster.address], env=os.environ,
                        capture_output=True, timeout=120, check=False)
+        node_ids = [node.node_id for node in self.cluster.list_all_nodes()]
         ray.shutdown()
         self.cluster.shutdown()
-        stop_orphaned_haproxy()
+        stop_haproxy_of_nodes(node_ids)
 
 
 

@@ -1,14 +1,15 @@
 """LocalServe's clean-up: its own cluster's session, nothing else; and Serve's HAProxy, which
-`ray stop` leaves running (Ray 2.60)."""
+`ray stop` leaves running (Ray 2.60). Its ports: none shared with another cluster."""
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import psutil
 
 from tests.live_app import wait_for
-from wattwise.local_serve import LocalServe, free_ports, haproxy_pids, stop_haproxy
+from wattwise.local_serve import LocalServe, PortWindow, free_ports, haproxy_pids, stop_haproxy
 
 # What a Ray worker does before it starts HAProxy: a process group of its own.
 OWN_GROUP = f"{sys.executable} -c 'import os, time; os.setpgrp(); time.sleep(600)'"
@@ -68,3 +69,16 @@ def test_the_clusters_ports_are_distinct() -> None:
     for _ in range(50):
         ports = free_ports(4)
         assert len(set(ports)) == 4 and all(p > 0 for p in ports)
+
+
+def test_clusters_get_disjoint_replica_port_windows_until_one_is_released(tmp_path: Path) -> None:
+    first, second = PortWindow(tmp_path), PortWindow(tmp_path)
+    ranges = [(int(w.env["RAY_SERVE_DIRECT_INGRESS_MIN_HTTP_PORT"]),
+               int(w.env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])) for w in (first, second)]
+    assert ranges[0][1] < ranges[1][0]  # disjoint
+    assert ranges[0][1] < 30000 and ranges[1][1] < 30000  # below Serve's default range and the ephemeral ports
+    first.release()
+    third = PortWindow(tmp_path)
+    assert third.index == first.index != second.index
+    second.release()
+    third.release()
