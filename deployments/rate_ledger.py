@@ -27,8 +27,10 @@ from deployments.metrics import zero_counter
 from deployments.plan_store import NAMESPACE, STORE_GONE
 
 logger = logging.getLogger("ray.serve")
-# How long an ingress replica waits for a lease before it limits on its own.
+# How long an ingress replica waits for a lease before it limits on its own; longer until the
+# ledger first answers (a new actor's worker takes seconds to start on a busy machine).
 LEASE_TIMEOUT_S = 2.0
+FIRST_LEASE_TIMEOUT_S = 30.0
 
 Limits = dict[str, tuple[float | None, float | None]]
 
@@ -81,7 +83,9 @@ class RateLimitGate:
         self.app_name, self.share, self._ledger_of = app_name, share, ledger_of
         self.limits, self.burst_s = tenant_limits(config), config.rate_limit_burst_s
         self.allowance = LeasedAllowance()
-        self._ledger: Any = None
+        # Created (and its worker started) with the replica, not on the first limited request.
+        self._ledger: Any = ledger_of() if ledger_of is not None and self.limits else None
+        self._answered = False
         replicas = config.ingress_replicas if ledger_of is not None else 1
         self._alone = TenantLimiter(tenant_limits(config, replicas), self.burst_s)
         self._failing = False
@@ -103,10 +107,12 @@ class RateLimitGate:
         if self._ledger_of is None:
             return self._alone.retry_after_s(tenant, tokens, time.monotonic())
         try:
-            lease = await asyncio.wait_for(self._lease(tenant, tokens), LEASE_TIMEOUT_S)
+            timeout_s = LEASE_TIMEOUT_S if self._answered else FIRST_LEASE_TIMEOUT_S
+            lease = await asyncio.wait_for(self._lease(tenant, tokens), timeout_s)
         except Exception as exc:  # the ledger is down or slow: limit on this replica's share
             self._failed(exc)
             return self._alone.retry_after_s(tenant, tokens, time.monotonic())
+        self._answered = True
         if self._failing:
             logger.warning("wattwise: the rate ledger of %r answers again", self.app_name)
             self._failing = False

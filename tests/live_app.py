@@ -4,6 +4,7 @@ look inside a replica."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -41,10 +42,26 @@ def in_replica(deployment: str, read: Callable[[Any], Any]) -> Any:
     this driver."""
     import ray
 
+    def call() -> Any:
+        return ray.get(_replica_actor(deployment).__ray_call__.remote(
+            lambda replica: read(replica._replica_impl._user_callable_wrapper.user_callable)), timeout=30)
+
+    try:
+        return call()
+    except ray.exceptions.RayActorError:  # that replica is gone: look the deployment's replicas up again
+        _replica_actor.cache_clear()
+        return call()
+
+
+@functools.cache
+def _replica_actor(deployment: str) -> Any:
+    """The first replica actor of `deployment`, looked up once: a lookup asks the GCS for
+    every named actor, which on a loaded machine made polling tests sample too slowly to
+    see a short load."""
+    import ray
+
     name = next(a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if f"#{deployment}#" in a["name"])
-    actor = ray.get_actor(name, namespace="serve")
-    return ray.get(actor.__ray_call__.remote(
-        lambda replica: read(replica._replica_impl._user_callable_wrapper.user_callable)), timeout=30)
+    return ray.get_actor(name, namespace="serve")
 
 
 @contextlib.contextmanager
@@ -58,4 +75,5 @@ def served_with_driver(config_path: Path, edit: Callable[[dict[str, Any]], None]
         try:
             yield local
         finally:
+            _replica_actor.cache_clear()  # its handles belong to this cluster
             ray.shutdown()

@@ -102,6 +102,9 @@ def test_streamed_chat_matches_hf_greedy_on_the_chat_template(served: LocalServe
 
 
 def test_client_disconnect_frees_the_request_in_vllm(served: LocalServe) -> None:
+    # Nothing in flight; and the driver's first call to the replica (seconds: the actor's
+    # lookup and connection) is made now, not while the 900 tokens run (~2.5 s when idle).
+    assert _unfinished_in_vllm() == 0
     stream = _client(served).completions.create(model=MODEL, prompt=PROMPT, max_tokens=900, temperature=0,
                                                 stream=True)
     next(iter(stream))
@@ -123,6 +126,7 @@ def test_batch_limit_holds_and_stats_move_under_load(served: LocalServe) -> None
         resp = client.completions.create(model=MODEL, prompt=f"{PROMPT} list {i}", max_tokens=200, temperature=0)
         finished.append(resp.choices[0].finish_reason)
 
+    _replica_stats()  # the driver's first call to the replica is slow: not while sampling
     threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
