@@ -26,8 +26,9 @@ def test_streams_exact_tokens_in_modelled_time() -> None:
 
     tokens, wall_s, usage = asyncio.run(main())
     assert tokens == 20 and usage.completion_tokens == 20 and usage.energy_j > 0
-    # 20 steps of ~30 ms at TP8: the engine really waits for the modelled time.
-    assert 0.5 < wall_s < 2.0
+    # 20 steps of ~30 ms at TP8: the engine really waits for the modelled time (the upper
+    # bound only catches a runaway; a busy machine may stretch the waits several-fold).
+    assert 0.5 < wall_s < 10.0
     assert usage.e2e_s > usage.ttft_s > 0
 
 
@@ -62,7 +63,7 @@ def test_concurrent_requests_share_batches() -> None:
 
     counts, wall_s = asyncio.run(main())
     assert counts == [30] * 16
-    assert wall_s < 3.0  # batched: far less than 16 x 30 sequential steps (~15 s)
+    assert wall_s < 10.0  # batched (~1 s when idle): less than 16 x 30 sequential steps (~15 s)
 
 
 def test_profiling_skips_batches_whose_prompts_exceed_one_step() -> None:
