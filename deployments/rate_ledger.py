@@ -82,6 +82,7 @@ class RateLimitGate:
                  share: float = 0.1) -> None:
         self.app_name, self.share, self._ledger_of = app_name, share, ledger_of
         self.limits, self.burst_s = tenant_limits(config), config.rate_limit_burst_s
+        self._key = limits_key(self.limits, self.burst_s)
         self.allowance = LeasedAllowance()
         # Created (and its worker started) with the replica, not on the first limited request.
         self._ledger: Any = ledger_of() if ledger_of is not None and self.limits else None
@@ -105,7 +106,7 @@ class RateLimitGate:
         if (refused_s := self.allowance.refused_for_s(tenant, now_s)) is not None:
             return refused_s
         if self._ledger_of is None:
-            return self._alone.retry_after_s(tenant, tokens, time.monotonic())
+            return self._alone.retry_after_s(tenant, tokens, now_s)
         try:
             timeout_s = LEASE_TIMEOUT_S if self._answered else FIRST_LEASE_TIMEOUT_S
             lease = await asyncio.wait_for(self._lease(tenant, tokens), timeout_s)
@@ -122,11 +123,10 @@ class RateLimitGate:
     async def _lease(self, tenant: str, tokens: int) -> Lease:
         if self._ledger is None:
             self._ledger = self._ledger_of()  # type: ignore[misc]
-        key = limits_key(self.limits, self.burst_s)
-        lease = await self._ledger.lease.remote(tenant, tokens, self.share, key)
+        lease = await self._ledger.lease.remote(tenant, tokens, self.share, self._key)
         if lease is None:  # a new or restarted ledger, or new limits: configure it, then ask again
             await self._ledger.configure.remote(self.limits, self.burst_s)
-            lease = await self._ledger.lease.remote(tenant, tokens, self.share, key)
+            lease = await self._ledger.lease.remote(tenant, tokens, self.share, self._key)
         return lease
 
     def _failed(self, exc: BaseException) -> None:

