@@ -53,13 +53,9 @@ def free_port() -> int:
 # HAProxy forwards to) from fixed ranges (30000-31000, 40000-41000), bound with SO_REUSEPORT:
 # two clusters on one machine would share replica ports, and the kernel would hand one
 # cluster's requests to the other's replicas. Each LocalServe claims a window of its own.
-# The window also holds the cluster's own ports (HTTP, GCS, dashboard, ...): below the
-# ephemeral range, so no outgoing connection takes one between picking and binding it (seen
-# with ports picked free and released, when two test runs shared a machine).
 PORT_WINDOWS = 50
 PORT_WINDOW_SIZE = 100
 HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral range and Serve's defaults
-OWN_PORTS_START, OWN_PORTS_PER_WINDOW = 15000, 20
 
 
 class PortWindow:
@@ -78,26 +74,8 @@ class PortWindow:
                 handle.close()
                 continue
             self.index, self._handle = index, handle
-            if self._own_ports_bindable():
-                return
-            handle.close()  # something else holds one of them: the next window
+            return
         raise RuntimeError(f"all {PORT_WINDOWS} replica port windows are held (locks in {lock_dir})")
-
-    def own_ports(self, n: int) -> list[int]:
-        """`n` ports of this window for the cluster's own listeners."""
-        if n > OWN_PORTS_PER_WINDOW:
-            raise ValueError(f"a window holds {OWN_PORTS_PER_WINDOW} own ports, not {n}")
-        start = OWN_PORTS_START + self.index * OWN_PORTS_PER_WINDOW
-        return list(range(start, start + n))
-
-    def _own_ports_bindable(self) -> bool:
-        with contextlib.ExitStack() as stack:
-            try:
-                for port in self.own_ports(OWN_PORTS_PER_WINDOW):
-                    stack.enter_context(socket.socket()).bind(("127.0.0.1", port))
-            except OSError:
-                return False
-        return True
 
     @property
     def env(self) -> dict[str, str]:
@@ -142,10 +120,9 @@ class LocalServe:
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
         # Every port this cluster binds is its own, so that two clusters (two test runs, a demo
         # beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers.
-        self._ports = PortWindow()
         (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
          self._agent_port, haproxy_stats_port, haproxy_metrics_port, fallback_http_port,
-         fallback_grpc_port) = self._ports.own_ports(10)
+         fallback_grpc_port) = free_ports(10)
         self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
@@ -161,6 +138,7 @@ class LocalServe:
         self.config = config
         self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._ports = PortWindow()
         self.env = {
             # A proxy that answers its health check slowly on a loaded laptop or CI box is
             # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).

@@ -77,7 +77,6 @@ def test_clusters_get_disjoint_replica_port_windows_until_one_is_released(tmp_pa
                int(w.env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])) for w in (first, second)]
     assert ranges[0][1] < ranges[1][0]  # disjoint
     assert ranges[0][1] < 30000 and ranges[1][1] < 30000  # below Serve's default range and the ephemeral ports
-    assert not set(first.own_ports(10)) & set(second.own_ports(10)) and max(second.own_ports(10)) < 20000
     first.release()
     third = PortWindow(tmp_path)
     assert third.index == first.index != second.index
