@@ -7,6 +7,7 @@ exercise the same `serve run CONFIG` path users take.
 from __future__ import annotations
 
 import contextlib
+import copy
 import fcntl
 import os
 import secrets
@@ -56,6 +57,7 @@ def free_port() -> int:
 PORT_WINDOWS = 50
 PORT_WINDOW_SIZE = 100
 HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral range and Serve's defaults
+START_ATTEMPTS = 2
 
 
 class PortWindow:
@@ -118,27 +120,34 @@ class LocalServe:
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
-        # Every port this cluster binds is its own, so that two clusters (two test runs, a demo
-        # beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers.
-        (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
-         self._agent_port, haproxy_stats_port, haproxy_metrics_port, fallback_http_port,
-         fallback_grpc_port) = free_ports(10)
         self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
         self.spans_path = self.workdir / "spans.jsonl"
-        config = yaml.safe_load(Path(config_path).read_text())
-        config.setdefault("http_options", {}).update({"host": ingress.http_host, "port": self.http_port})
+        self._config_source = yaml.safe_load(Path(config_path).read_text())
         if edit is not None:
-            edit(config)
+            edit(self._config_source)
         self.admin_key = f"sk-admin-{secrets.token_urlsafe(24)}"
+        self.config_path = self.workdir / "serve_config.yaml"
+        self._extra_env = env or {}
+        self._ports = PortWindow()
+        self._assign_ports()
+
+    def _assign_ports(self) -> None:
+        """Pick this cluster's ports and write the config and environment that carry them.
+        Every port this cluster binds is its own, so that two clusters (two test runs, a demo
+        beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers."""
+        self._own_ports = free_ports(10)
+        (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
+         self._agent_port, haproxy_stats_port, haproxy_metrics_port, fallback_http_port,
+         fallback_grpc_port) = self._own_ports
+        config = copy.deepcopy(self._config_source)
+        config.setdefault("http_options", {}).update({"host": self.ingress.http_host, "port": self.http_port})
         for app in config.get("applications", []):
             app.setdefault("args", {}).setdefault("admin_keys", []).append(
                 {"sha256": hash_key(self.admin_key), "name": "local-serve"})
         self.config = config
-        self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self._ports = PortWindow()
         self.env = {
             # A proxy that answers its health check slowly on a loaded laptop or CI box is
             # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).
@@ -155,8 +164,8 @@ class LocalServe:
             "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback
             "RAY_USAGE_STATS_ENABLED": "0",
             "WATTWISE_SPANS_FILE": str(self.spans_path),
-            **ingress.env,
-            **(env or {}),
+            **self.ingress.env,
+            **self._extra_env,
         }
 
     @property
@@ -189,6 +198,22 @@ class LocalServe:
             subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
 
     def start(self, timeout_s: float = 240) -> Self:
+        """Start the cluster and the app, once more on fresh ports if the first try fails:
+        a port picked free can be taken by another process before Ray or HAProxy binds it
+        (1 in ~6 CI runs that shared the machine with other clusters)."""
+        for attempt in range(1, START_ATTEMPTS + 1):
+            try:
+                return self._start_once(timeout_s)
+            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, TimeoutError, PortTaken) as err:
+                if attempt == START_ATTEMPTS:
+                    self._ports.release()
+                    raise
+                with open(self.log_path, "a") as log:
+                    log.write(f"\nwattwise: start attempt {attempt} failed ({err!r}); again on fresh ports\n")
+                self._assign_ports()
+        raise AssertionError("unreachable")
+
+    def _start_once(self, timeout_s: float) -> Self:
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
         # the workers the raylet forks and Serve's HAProxy stay in that session (workers
         # change process group, not session), which `stop` ends, and nothing else.
@@ -203,22 +228,26 @@ class LocalServe:
         try:
             if head.wait(timeout=180) != 0:
                 raise subprocess.CalledProcessError(head.returncode, head.args)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            self.stop()
-            raise
-        try:
             self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}",
                       str(self.config_path))
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            self.stop()  # the cluster this call started must not outlive it
+            deadline = time.monotonic() + timeout_s
+            while time.monotonic() < deadline:
+                if self._all_pools_running():
+                    return self
+                if taken := self._ports_taken_by_others():
+                    raise PortTaken(f"ports {sorted(taken)} were taken by other processes before this cluster bound")
+                time.sleep(1)
+            raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
+        except BaseException:
+            self.stop(release_ports=False)  # the cluster this call started must not outlive it
             raise
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._all_pools_running():
-                return self
-            time.sleep(1)
-        self.stop()
-        raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
+
+    def _ports_taken_by_others(self) -> set[int]:
+        """This cluster's ports that a process outside its session holds (listening or in
+        a connection: an outgoing connection's local port blocks a bind just the same)."""
+        return {conn.laddr.port for conn in psutil.net_connections("tcp")
+                if conn.laddr and conn.laddr.port in self._own_ports and conn.status != psutil.CONN_TIME_WAIT
+                and (conn.pid is None or session_of(conn.pid) != self._session)}
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -256,7 +285,7 @@ class LocalServe:
         except httpx.HTTPError:
             return False
 
-    def stop(self, timeout_s: float = 60) -> None:
+    def stop(self, timeout_s: float = 60, release_ports: bool = True) -> None:
         """End this cluster: SIGKILL to every process of its session until none runs.
         (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
         for the init process to reap each kind of process in turn: seconds per stop.)"""
@@ -268,7 +297,8 @@ class LocalServe:
                         proc.kill()
                 time.sleep(0.1)
             self._session = None
-        self._ports.release()  # after the replicas that bound its ports are gone
+        if release_ports:
+            self._ports.release()  # after the replicas that bound its ports are gone
 
     def __enter__(self) -> Self:
         return self.start()
@@ -277,13 +307,24 @@ class LocalServe:
         self.stop()
 
 
+class PortTaken(RuntimeError):
+    """Another process bound one of the ports picked for this cluster."""
+
+
+def session_of(pid: int) -> int | None:
+    try:
+        return os.getsid(pid)
+    except ProcessLookupError:
+        return None
+
+
 def _running_in_session(session: int) -> list[psutil.Process]:
     """This session's processes that still run (killed ones linger as zombies until the
     init process reaps them; they hold no ports)."""
     running = []
     for proc in psutil.process_iter(["status"]):
         with contextlib.suppress(psutil.Error, ProcessLookupError):
-            if proc.info["status"] != psutil.STATUS_ZOMBIE and os.getsid(proc.pid) == session:
+            if proc.info["status"] != psutil.STATUS_ZOMBIE and session_of(proc.pid) == session:
                 running.append(proc)
     return running
 

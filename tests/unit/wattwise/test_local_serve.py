@@ -9,7 +9,7 @@ from pathlib import Path
 import psutil
 
 from tests.live_app import wait_for
-from wattwise.local_serve import LocalServe, PortWindow, free_ports, haproxy_pids, stop_haproxy
+from wattwise.local_serve import LocalServe, PortWindow, free_ports, haproxy_pids, session_of, stop_haproxy
 
 # What a Ray worker does before it starts HAProxy: a process group of its own.
 OWN_GROUP = f"{sys.executable} -c 'import os, time; os.setpgrp(); time.sleep(600)'"
@@ -27,7 +27,7 @@ def test_stop_ends_the_clusters_session_and_nothing_else() -> None:
 
         def members() -> list[psutil.Process]:
             return [p for p in psutil.process_iter(["status"])
-                    if p.info["status"] != psutil.STATUS_ZOMBIE and _session_of(p.pid) == session]
+                    if p.info["status"] != psutil.STATUS_ZOMBIE and session_of(p.pid) == session]
 
         wait_for(lambda: len({os.getpgid(p.pid) for p in members()}) == 2 and len(members()) == 4, 60,
                  "four sleepers in two process groups", poll_s=0.05)
@@ -39,13 +39,6 @@ def test_stop_ends_the_clusters_session_and_nothing_else() -> None:
     finally:
         outsider.kill()
         outsider.wait()
-
-
-def _session_of(pid: int) -> int | None:
-    try:
-        return os.getsid(pid)
-    except ProcessLookupError:
-        return None
 
 
 def test_a_process_running_the_bundled_haproxy_is_found_and_stopped_but_not_a_shell_naming_it() -> None:
