@@ -244,10 +244,14 @@ class LocalServe:
 
     def _ports_taken_by_others(self) -> set[int]:
         """This cluster's ports that a process outside its session holds (listening or in
-        a connection: an outgoing connection's local port blocks a bind just the same)."""
+        a connection: an outgoing connection's local port blocks a bind just the same).
+        A socket without a live, known owner is not counted: psutil finds owners by
+        scanning processes before it lists sockets, so a connection the GCS accepts in
+        between has none (a CI run restarted a healthy cluster over it); a thief nobody can
+        see is left to the start's timeout."""
         return {conn.laddr.port for conn in psutil.net_connections("tcp")
                 if conn.laddr and conn.laddr.port in self._own_ports and conn.status != psutil.CONN_TIME_WAIT
-                and (conn.pid is None or session_of(conn.pid) != self._session)}
+                and conn.pid is not None and session_of(conn.pid) not in (None, self._session)}
 
     @property
     def admin_headers(self) -> dict[str, str]:

@@ -12,14 +12,15 @@ from wattwise.local_serve import LocalServe
 
 
 @pytest.mark.ray
-def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves() -> None:
+@pytest.mark.parametrize("port", ["http", "haproxy_stats"])  # Serve's port, and one only HAProxy binds
+def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves(port: str) -> None:
     local = LocalServe(edit=quick_config)
-    taken = local.http_port
+    taken = {"http": local.http_port, "haproxy_stats": int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"])}[port]
     with socket.socket() as thief:
         thief.bind(("0.0.0.0", taken))
         thief.listen()
         with local:
-            assert local.http_port != taken
+            assert taken not in (local.http_port, int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"]))
             assert local.config["http_options"]["port"] == local.http_port
             assert "start attempt 1 failed" in local.log_path.read_text()
             reply = httpx.post(f"{local.base_url}/v1/completions", timeout=60,
