@@ -120,6 +120,7 @@ class LocalServe:
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
+        self.ray_session_dir: Path | None = None  # its logs, once `ray start` ran
         self.ingress = ingress
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
@@ -228,6 +229,7 @@ class LocalServe:
         try:
             if head.wait(timeout=180) != 0:
                 raise subprocess.CalledProcessError(head.returncode, head.args)
+            self.ray_session_dir = self._find_ray_session_dir()
             self._run(_bin("serve"), "run", "--non-blocking", "-a", f"127.0.0.1:{self.gcs_port}",
                       str(self.config_path))
             deadline = time.monotonic() + timeout_s
@@ -241,6 +243,18 @@ class LocalServe:
         except BaseException:
             self.stop(release_ports=False)  # the cluster this call started must not outlive it
             raise
+
+    def _find_ray_session_dir(self) -> Path:
+        """This cluster's Ray session folder (its logs), as its daemons were told it:
+        /tmp/ray/session_latest is whichever cluster on the machine started last."""
+        assert self._session is not None
+        for proc in _running_in_session(self._session):
+            with contextlib.suppress(psutil.Error):
+                for arg in proc.cmdline():
+                    flag, _, value = arg.partition("=")
+                    if flag in ("--session-dir", "--session_dir"):
+                        return Path(value)
+        raise RuntimeError(f"no process of this cluster names its Ray session folder; see {self.log_path}")
 
     def _ports_taken_by_others(self) -> set[int]:
         """This cluster's ports that a process outside its session holds (listening or in
