@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,12 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
     return fit_context(w, max_context_tokens)
 
 
-def progress(policy: str):  # a small closure
+def progress(policy: str) -> Callable[[float, float], None] | None:
+    """A bar redrawn in place on a terminal. None in a log or a pipe, where each of a run's
+    thousands of redraws would stay as text; the caller prints a line when a policy ends."""
+    if not sys.stderr.isatty():
+        return None
+
     def report(now_s: float, end_s: float) -> None:
         share = min(now_s / end_s, 1.0) if end_s > 0 else 1.0
         bar = "#" * int(share * 30)
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             print(f"\n{policy}: {exc}", file=sys.stderr)
             return 2
-        print(file=sys.stderr)
+        print("" if sys.stderr.isatty() else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
         results.append(summary)
         runs[policy] = raw
     oracle = None if args.no_oracle else oracle_energy(w, config)
