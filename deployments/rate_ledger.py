@@ -121,8 +121,7 @@ class RateLimitGate:
         return lease.retry_after_s
 
     async def _lease(self, tenant: str, tokens: int) -> Lease:
-        if self._ledger is None:
-            self._ledger = self._ledger_of()  # type: ignore[misc]
+        """Only for a limited tenant, so the ledger was created with this gate."""
         lease = await self._ledger.lease.remote(tenant, tokens, self.share, self._key)
         if lease is None:  # a new or restarted ledger, or new limits: configure it, then ask again
             await self._ledger.configure.remote(self.limits, self.burst_s)

@@ -76,12 +76,9 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
     return fit_context(w, max_context_tokens)
 
 
-def progress(policy: str) -> Callable[[float, float], None] | None:
-    """A bar redrawn in place on a terminal. None in a log or a pipe, where each of a run's
-    thousands of redraws would stay as text; the caller prints a line when a policy ends."""
-    if not sys.stderr.isatty():
-        return None
-
+def progress(policy: str) -> Callable[[float, float], None]:
+    """A bar redrawn in place: for a terminal only (in a log or a pipe each of a run's
+    thousands of redraws would stay as text)."""
     def report(now_s: float, end_s: float) -> None:
         share = min(now_s / end_s, 1.0) if end_s > 0 else 1.0
         bar = "#" * int(share * 30)
@@ -125,14 +122,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(w)} requests over {w.duration_s:.0f} s ({len(w) / max(w.duration_s, 1e-9):.2f} req/s)",
           file=sys.stderr)
     results, runs = [], {}
+    on_terminal = sys.stderr.isatty()
     # Default: the one controller, beside SinglePool as the reference ("x first").
     for policy in args.policy or ["singlepool", "wattwise"]:
         try:
-            summary, raw = simulate(policy, w, config, on_progress=progress(policy))
+            summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None)
         except ValueError as exc:
             print(f"\n{policy}: {exc}", file=sys.stderr)
             return 2
-        print("" if sys.stderr.isatty() else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
+        print("" if on_terminal else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
         results.append(summary)
         runs[policy] = raw
     oracle = None if args.no_oracle else oracle_energy(w, config)
