@@ -32,7 +32,7 @@ class PoolPlanConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model capacity is judged on.")
     hardware: str = Field(default="h100-80gb", description="GPU capacity is judged on.")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile capacity is judged on (energy.profiles); None: Splitwise's fit."))
+        "Named perf/power profile capacity is judged on (energy.profiles); None: the default for model and hardware."))
     tbt_s: float = Field(default=0.1, gt=0, description=(
         "TBT target (s) the knobs must keep; DynamoLLM Table IV: 100 ms."))
     headroom: float = Field(default=0.6, gt=0, le=1, description="Share of tbt_s to plan for.")

@@ -46,7 +46,8 @@ class WattwiseConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the energy profile is built from; None: Splitwise's fit."))
+        "Named perf/power profile (energy.profiles) the energy profile is built from;"
+        " None: the default for model and hardware."))
     profile_path: str | None = Field(default=None, description=(
         "An energy profile from `wattwise profile --out`; None builds one from the perf model."))
     planner: ShapePlannerConfig = Field(default_factory=ShapePlannerConfig,
@@ -76,7 +77,7 @@ class WattwisePolicy:
             if not set(options) & set(profile.tensor_parallel_degrees):
                 raise ValueError(
                     f"pool {pool} may run TP{options}, but the energy profile "
-                    f"({config.profile_path or config.profile or 'splitwise (default)'}) has "
+                    f"({config.profile_path or config.profile or 'the default'}) has "
                     f"TP{list(profile.tensor_parallel_degrees)} only")
         self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
                                         reconfigure_cost_s=config.overheads.reshard_s,

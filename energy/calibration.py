@@ -98,20 +98,28 @@ def fit_perf_model(
     return PerfModel(GPUS[hardware], MODELS[model], fits)
 
 
+@lru_cache(maxsize=16)
+def splitwise_perf_model(model: str, hardware: str) -> PerfModel:
+    """Splitwise's 2023 fit (the `splitwise-*` profiles), fitted once per process."""
+    return fit_perf_model(model, hardware)
+
+
 def default_perf_model(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> PerfModel:
-    """Fitted once per process; the model is immutable so sharing it is safe. Without a
-    profile, Splitwise's fit; with one (a name in energy.profiles.PROFILE_NAMES), that
-    profile sized as `model`, which must be for `hardware`."""
+    """The PerfModel of a named profile (energy.profiles.PROFILE_NAMES) sized as `model`, which
+    must be for `hardware`. Without a name, the default for the pair: the current-stack
+    (ML.ENERGY) profile where one covers it (energy.profiles.default_profile), else Splitwise's
+    fit. Fitted once per process; the model is immutable so sharing it is safe."""
     # One cache key however the arguments are spelt: callers passing profile=None share the fit.
     return _perf_model(model, hardware, profile)
 
 
 @lru_cache(maxsize=16)
 def _perf_model(model: str, hardware: str, profile: str | None) -> PerfModel:
-    if profile is None:
-        return fit_perf_model(model, hardware)
-    from energy.profiles import PROFILES, perf_model_for  # profiles build on the Splitwise fit above
+    from energy.profiles import PROFILES, default_profile, perf_model_for  # profiles build on the fits above
 
+    profile = profile or default_profile(model, hardware)
+    if profile is None:
+        return splitwise_perf_model(model, hardware)
     perf = perf_model_for(profile, model)
     if PROFILES[profile].hardware != hardware:
         raise ValueError(f"perf profile {profile!r} is for {PROFILES[profile].hardware}, not {hardware}")
@@ -161,7 +169,7 @@ def power_cap_report(cap_w_per_gpu: float = 350.0) -> tuple[float, float]:
     """Predict the power-capped H100 rows from the uncapped fit plus the power model.
 
     Splitwise caps each H100 at 50% (350 W). Returns (prompt MAPE %, token MAPE %)."""
-    pm = default_perf_model("llama2-70b", "h100-80gb")
+    pm = splitwise_perf_model("llama2-70b", "h100-80gb")
     capped = [r for r in load_measurements() if r.model == "llama2-70b" and r.hardware == "h100-80gb-pcap"]
     prompt_clock = pm.clock_under_power_cap("prompt", cap_w_per_gpu)
     token_clock = pm.clock_under_power_cap("token", cap_w_per_gpu)

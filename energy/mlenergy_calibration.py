@@ -19,6 +19,11 @@ GPU count, max_num_seqs). What each part of a profile comes from:
 - prefill power: GpuSpec.prompt_w (TDP), as in the Splitwise profile.
 - clock: every row is at default (max boost) clock, so the DVFS part of PerfModel (GpuSpec's
   compute and core-power shares) is modelled, not measured, exactly as for Splitwise.
+- other TPs: the leaderboard ran one TP per model and GPU. A source may name TPs it did not run
+  (`extrapolated_tps`); each coefficient there is the measured one times Splitwise's measured
+  ratio between the two TPs for Llama2-70B on the same GPU (its communication and per-GPU work
+  shares), KV reads from the datasheet, and the same per-GPU power curve. These fits have no
+  held-out rows: the planner may choose them, but their error is unknown.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import nnls
 
-from energy.calibration import default_perf_model, mape_pct
+from energy.calibration import mape_pct, splitwise_perf_model
 from energy.hardware import GPUS, MODELS, ModelSpec
 from energy.perf_model import PerfModel, PhaseFit
 from energy.power_curve import DecodePowerCurve
@@ -44,8 +49,9 @@ MLENERGY_CSV = Path(__file__).parent / "data" / "mlenergy_llama3.csv"
 # would mean slower prefill per token) and sizes the KV cache.
 PROMPT_TOKENS = 250
 
-# The prefill shape every profile scales: Splitwise's measured Llama2-70B sweep on H100.
-_PREFILL_REFERENCE = ("llama2-70b", "h100-80gb", 4)
+# The prefill shape every profile scales, and the TP ratios it extrapolates by: Splitwise's
+# measured Llama2-70B sweeps.
+_REFERENCE_MODEL, _PREFILL_REFERENCE_HARDWARE, _PREFILL_REFERENCE_TP = "llama2-70b", "h100-80gb", 4
 
 
 @dataclass(frozen=True)
@@ -105,7 +111,8 @@ class MlEnergySource:
     gpu_model: str  # as the leaderboard names it
     hardware: str  # key of energy.hardware.GPUS
     model: str  # key of energy.hardware.MODELS
-    tp: int
+    tp: int  # the one TP the leaderboard ran
+    extrapolated_tps: tuple[int, ...] = ()  # fitted by Splitwise's TP ratios on `hardware`
 
     def rows(self) -> list[LeaderboardRow]:
         """Rows whose batch's KV cache fits the replica; beyond it vLLM must preempt, and the
@@ -127,8 +134,18 @@ def kv_read_ms_per_token(model: ModelSpec, hardware: str, tp: int) -> float:
 
 
 def _reference_prefill() -> PhaseFit:
-    model, hardware, tp = _PREFILL_REFERENCE
-    return default_perf_model(model, hardware).fits[tp]
+    return splitwise_perf_model(_REFERENCE_MODEL, _PREFILL_REFERENCE_HARDWARE).fits[_PREFILL_REFERENCE_TP]
+
+
+def _scaled_by_tp_ratio(fit: PhaseFit, hardware: str, measured_tp: int, tp: int, d2: float) -> PhaseFit:
+    """`fit` (measured at `measured_tp`) moved to `tp` by Splitwise's Llama2-70B ratios."""
+    fits = splitwise_perf_model(_REFERENCE_MODEL, hardware).fits
+    if measured_tp not in fits or tp not in fits:
+        raise ValueError(f"Splitwise measured Llama2-70B on {hardware} at TP{list(fits)}: "
+                         f"cannot extrapolate TP{measured_tp} to TP{tp}")
+    at, base = fits[tp], fits[measured_tp]
+    return PhaseFit(fit.p0 * at.p0 / base.p0, fit.p1 * at.p1 / base.p1, fit.p2 * at.p2 / base.p2,
+                    fit.d0 * at.d0 / base.d0, fit.d1 * at.d1 / base.d1, d2)
 
 
 def _prefill_scale(rows: list[LeaderboardRow], reference: PhaseFit) -> float:
@@ -158,8 +175,12 @@ def fit_profile(source: MlEnergySource, rows: list[LeaderboardRow], model: str |
     ref = _reference_prefill()
     scale = _prefill_scale(rows, ref)
     fit = PhaseFit(ref.p0 * scale, ref.p1 * scale, ref.p2 * scale, float(d0), float(d1), d2)
+    fits = {source.tp: fit} | {
+        tp: _scaled_by_tp_ratio(fit, source.hardware, source.tp, tp, kv_read_ms_per_token(spec, source.hardware, tp))
+        for tp in source.extrapolated_tps
+    }
     curve = DecodePowerCurve(float(base_w), float(per_seq_w), gpu.prompt_w)
-    return PerfModel(gpu, spec, {source.tp: fit}, curve)
+    return PerfModel(gpu, spec, fits, curve)
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ class SimEngineConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model the replica imitates (a perf model's model name).")
     hardware: str = Field(default="h100-80gb", description="GPU the replica imitates (a perf model's hardware name).")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the replica is modelled on; None: Splitwise's fit. "
+        "Named perf/power profile (energy.profiles) the replica is modelled on; None: the default for"
+        " model and hardware (energy.profiles.default_profile). "
         "A throttllem config here names the same one (AppConfig checks)."))
     tensor_parallel: int = Field(default=8, gt=0, description="GPUs per replica (tensor parallelism) at start.")
     clock_mhz: float = Field(default=1980, gt=0, description=(

@@ -47,7 +47,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--model", default="llama2-70b", choices=sorted(MODELS))
     p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
     p.add_argument("--profile", default=None, choices=PROFILE_NAMES,
-                   help="named perf/power profile (default: Splitwise's fit for --model and --hardware)")
+                   help="named perf/power profile (default: the current-stack profile covering --model "
+                        "and --hardware, else Splitwise's fit)")
     p.add_argument("--cold-start", action="store_true", help="DynamoLLM Table V in full (new VM per replica)")
     p.add_argument("--control-interval-s", type=float, default=SimConfig().control_interval_s)
     p.add_argument("--price-per-gpu-hour", type=float, default=None)

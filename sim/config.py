@@ -18,7 +18,7 @@ class SimConfig(BaseModel):
         "GPU the simulated cluster has (a perf model's hardware name)."))
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles.PROFILE_NAMES) the replicas and every policy "
-        "are modelled on; None: Splitwise's fit for model and hardware."))
+        "are modelled on; None: the default for model and hardware (energy.profiles.default_profile)."))
     cluster_gpus: int = Field(default=96, gt=0, description=(
         "GPUs in the simulated cluster; DynamoLLM provisions 12 H100 servers (96 GPUs)."))
     overheads: OverheadTable = Field(default=OverheadTable(), description=(

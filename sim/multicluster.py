@@ -28,7 +28,7 @@ class ClusterSpec:
     tensor_parallel: int = 8
     model: str = "llama2-70b"
     hardware: str = "h100-80gb"
-    profile: str | None = None  # named perf/power profile (energy.profiles); None: Splitwise's fit
+    profile: str | None = None  # named perf/power profile (energy.profiles); None: the default for model and hardware
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaling.registry import make_policy
 from core.classes import LengthClassConfig
 from core.roles import Phase
-from energy.calibration import default_perf_model
+from energy.calibration import default_perf_model, splitwise_perf_model
 from energy.hardware import GPUS
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
@@ -53,7 +53,11 @@ class MachineType:
         return GPUS_PER_MACHINE * GPUS[self.hardware].price_per_hour
 
     def perf(self, model: str, profile: str | None = None) -> PerfModel:
-        """`profile` (energy.profiles) must be for this machine's GPU; None: Splitwise's fit."""
+        """`profile` (energy.profiles) must be for this machine's GPU. None: Splitwise's fit,
+        not the GPU's default: it is the one source that measured both A100 and H100 with
+        one stack, so designs that mix them compare like with like."""
+        if profile is None:
+            return splitwise_perf_model(model, self.hardware)
         return default_perf_model(model, self.hardware, profile)
 
     def clock_mhz(self, model: str, profile: str | None = None) -> float:
@@ -192,8 +196,8 @@ def simulate_design(
         "singlepool" if design.token is None else "splitwise", replicas={p.name: p.replicas for p in pools},
         tensor_parallel={p.name: p.tensor_parallel for p in pools}, clock_mhz={p.name: int(p.clock_mhz) for p in pools},
         model=model, hardware=config.hardware, profile=config.profile)
-    raw = simulator(w, policy, pools, config, **extra).run()
-    reference = default_perf_model(model, slo.reference_hardware)  # Table VI's DGX-A100, whatever the run's profile
+    raw = simulator(w, policy, pools, config, perf=design.prompt.perf(model, config.profile), **extra).run()
+    reference = splitwise_perf_model(model, slo.reference_hardware)  # Table VI's DGX-A100, whatever the run's profile
     slowdowns = slowdown_percentiles(raw.log, w.output_tokens, reference, slo.reference_tp)
     energy_j = float(raw.series.energy_j[-1])
     return Outcome(design.name, prompt, token, len(w) / max(w.duration_s, 1e-9), slowdowns,

@@ -27,6 +27,7 @@ from core.policy import ControlPolicy
 from core.roles import Phase, ReplicaKind
 from energy.calibration import default_perf_model
 from energy.capacity import CapacityModel, Load
+from energy.profiles import default_profile
 from sim.config import SimConfig
 from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimulator
@@ -72,16 +73,17 @@ def layout(name: str) -> dict[str, tuple[tuple[str, ...], int]]:
 
 
 def start_tp(pool: str, tp: int, config: SimConfig, picks_tp: bool = False) -> int:
-    """The TP `pool` starts at: `tp` where the perf model has it. A named profile may have
-    fewer TPs (mlenergy-llama3-70b-h100: TP4); a policy that picks TPs itself then starts
-    at the profile's nearest, any other cannot run the layout it is given."""
+    """The TP `pool` starts at: `tp` where the perf model has it. A profile may have fewer
+    TPs (mlenergy-llama3-70b-b200: TP2); a policy that picks TPs itself then starts at the
+    profile's nearest, any other cannot run the layout it is given."""
     have = default_perf_model(config.model, config.hardware, config.profile).tensor_parallel_degrees
     if tp in have:
         return tp
-    if picks_tp and config.profile is not None:
+    if picks_tp:
         return min(have, key=lambda t: (abs(t - tp), -t))
     pickers = ", ".join(name for name, spec in SPECS.items() if spec.picks_tp)
-    raise ValueError(f"pool {pool} runs TP{tp}, but perf profile {config.profile or 'splitwise (default)'!r} for "
+    profile = config.profile or default_profile(config.model, config.hardware) or "splitwise (default)"
+    raise ValueError(f"pool {pool} runs TP{tp}, but perf profile {profile!r} for "
                      f"{config.model} on {config.hardware} has {', '.join(f'TP{t}' for t in have)} only; "
                      f"policies that pick TPs themselves run on it: {pickers}")
 

@@ -43,7 +43,8 @@ class DynamoLLMConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the energy profile is built from; None: Splitwise's fit."))
+        "Named perf/power profile (energy.profiles) the energy profile is built from;"
+        " None: the default for model and hardware."))
     profile_path: str | None = Field(default=None, description=(
         "A `wattwise profile` output to load the energy profile from; None: built from the model."))
     warmup_s: float = Field(default=60.0, ge=0, description=(

@@ -15,7 +15,8 @@ class ThrottllemConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model the performance model M is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the performance model M is built for.")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) M is trained on: the replica's own; None: Splitwise's fit."))
+        "Named perf/power profile (energy.profiles) M is trained on: the replica's own;"
+        " None: the default for model and hardware."))
     length_error: float | None = Field(default=None, ge=0, description=(
         "Relative error of the output-length predictor (how far actual lengths overrun predictions); "
         "projections stretch every prediction by 1 + margin_per_error * error. None: the ingress "
@@ -59,7 +60,8 @@ class ThrottllemScalingConfig(BaseModel):
     model: str = Field(default="llama2-70b", description="Model the max loads per TP are judged on.")
     hardware: str = Field(default="h100-80gb", description="GPU the max loads per TP are judged on.")
     profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the max loads per TP are judged on; None: Splitwise's fit."))
+        "Named perf/power profile (energy.profiles) the max loads per TP are judged on;"
+        " None: the default for model and hardware."))
     monitor_interval_s: float = Field(default=10.0, gt=0, description=(
         "How often (s) the autoscaler re-picks each deployment's engine size from its load."))
     spawn_s: float = Field(default=33.0, ge=0, description=(

@@ -156,7 +156,7 @@ def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_
     assert low.clock_mhz == {} and set(low.clock_band_mhz) == set(POOLS)
     assert low.tensor_parallel == {name: 8 for name in POOLS}  # the running TP, until the first pool epoch
     assert all(lo <= hi == max(profile.clocks_mhz) for lo, hi in low.clock_band_mhz.values())
-    high = policy.observe(_view({"MS": 4.0, "MM": 4.0, "LL": 3.0}), 10.0)
+    high = policy.observe(_view({"MS": 10.0, "MM": 10.0, "LL": 6.0}), 10.0)
     assert high.replicas["pool-medium"] > low.replicas["pool-medium"]  # grows at once
     later = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 20.0)
     assert later.replicas["pool-medium"] == high.replicas["pool-medium"]  # shrinks only after the hold

@@ -4,7 +4,7 @@ import pytest
 
 from energy.calibration import default_perf_model
 from energy.mlenergy_calibration import Holdout, holdout, holdouts, later_checkpoint
-from energy.profiles import MLENERGY_SOURCES, PROFILE_NAMES, perf_model_for
+from energy.profiles import MLENERGY_SOURCES, PROFILE_NAMES, default_profile, perf_model_for
 
 
 @pytest.mark.parametrize("holdout_result", holdouts(MLENERGY_SOURCES), ids=lambda h: f"{h.profile}:{h.split}")
@@ -30,9 +30,51 @@ def test_rows_beyond_kv_capacity_are_not_fitted() -> None:
 def test_current_stack_decodes_much_faster_than_splitwise() -> None:
     """Issue 19: a decode step at batch 64 and 1k context, TP4 H100: Splitwise ~54 ms, vLLM today ~17-22 ms."""
     current = perf_model_for("mlenergy-llama3-70b-h100").decode_time_s(64, 64 * 1000, 4, 1980)
-    splitwise = default_perf_model().decode_time_s(64, 64 * 1000, 4, 1980)
+    splitwise = perf_model_for("splitwise-llama2-70b-h100").decode_time_s(64, 64 * 1000, 4, 1980)
     assert current < 0.6 * splitwise
     assert 0.015 < current < 0.03
+
+
+def test_unmeasured_tps_follow_splitwises_tp_ratios() -> None:
+    """The leaderboard ran 70B on H100 at TP4 only; TP2 and TP8 move each coefficient by
+    Splitwise's measured ratio on the same GPU, so their relations to TP4 are Splitwise's."""
+    current, splitwise = perf_model_for("mlenergy-llama3-70b-h100"), perf_model_for("splitwise-llama2-70b-h100")
+    assert current.tensor_parallel_degrees == [2, 4, 8]
+    for tp in (2, 8):
+        for coef in ("p0", "p1", "p2", "d0", "d1"):
+            ratio = getattr(current.fits[tp], coef) / getattr(current.fits[4], coef)
+            assert ratio == pytest.approx(getattr(splitwise.fits[tp], coef) / getattr(splitwise.fits[4], coef))
+        assert current.fits[tp].d2 == pytest.approx(current.fits[4].d2 * 4 / tp)  # KV reads split over the GPUs
+
+    def per_gpu_j_per_token(tp: int) -> float:
+        step = current.iteration(0, 0, 64, 64 * 600, tp, 1980)
+        return step.time_s * step.power_w / 64
+
+    steps = {tp: current.decode_time_s(64, 64 * 600, tp, 1980) for tp in (2, 4, 8)}
+    assert steps[2] > steps[4] > steps[8]
+    assert per_gpu_j_per_token(2) < per_gpu_j_per_token(4) < per_gpu_j_per_token(8)  # more GPUs, less work each
+    assert perf_model_for("mlenergy-llama3-70b-b200").tensor_parallel_degrees == [2]  # no H100 ratios for B200
+
+
+def test_current_stack_profiles_are_the_default_where_they_cover_the_pair() -> None:
+    for model in ("llama2-70b", "llama3.1-70b"):
+        assert default_perf_model(model, "h100-80gb") is perf_model_for("mlenergy-llama3-70b-h100", model)
+    assert default_perf_model("llama3.1-8b", "h100-80gb") is perf_model_for("mlenergy-llama3.1-8b-h100")
+    assert default_perf_model("llama3.1-70b", "b200-180gb") is perf_model_for("mlenergy-llama3-70b-b200")
+    assert default_profile("llama2-70b", "a100-80gb") is None and default_profile("bloom-176b", "h100-80gb") is None
+    assert default_perf_model("llama2-70b", "a100-80gb").decode_power is None  # Splitwise's fit
+
+
+def test_splitwise_profile_is_unchanged() -> None:
+    """Splitwise's fit, now by name, keeps its constant decode power and the same numbers."""
+    pm = perf_model_for("splitwise-llama2-70b-h100")
+    assert pm.decode_power is None
+    step = pm.iteration(2048, 2048**2, 16, 16000, 8, 1980)
+    # To 1e-12, not bit for bit: the fit's least squares runs on the CPU's BLAS kernels, and
+    # AVX2 and AVX-512 ones differ in the last bit (measured: 5511.922695159266 vs ...267).
+    assert (step.time_s, step.power_w) == pytest.approx((0.176420638409451, 5511.922695159266), rel=1e-12)
+    step = pm.iteration(0, 0, 64, 64000, 4, 1400)
+    assert (step.time_s, step.power_w) == pytest.approx((0.057715960759476666, 1125.6345621298176), rel=1e-12)
 
 
 @pytest.mark.parametrize("name", list(MLENERGY_SOURCES))
@@ -45,19 +87,6 @@ def test_decode_power_rises_with_batch_and_falls_with_clock(name: str) -> None:
     assert pm.decode_power_w(64, 64 * 450, tp, 1200) < pm.decode_power_w(64, 64 * 450, tp, max_clock)
     busy, light = (pm.iteration(0, 0, b, b * 450, tp, max_clock).power_w for b in (256, 8))
     assert busy > light
-
-
-def test_default_profile_is_unchanged() -> None:
-    """Splitwise's fit stays the default, with a constant decode power and the same numbers."""
-    pm = default_perf_model("llama2-70b", "h100-80gb")
-    assert pm.decode_power is None
-    step = pm.iteration(2048, 2048**2, 16, 16000, 8, 1980)
-    # To 1e-12, not bit for bit: the fit's least squares runs on the CPU's BLAS kernels, and
-    # AVX2 and AVX-512 ones differ in the last bit (measured: 5511.922695159266 vs ...267).
-    assert (step.time_s, step.power_w) == pytest.approx((0.176420638409451, 5511.922695159266), rel=1e-12)
-    step = pm.iteration(0, 0, 64, 64000, 4, 1400)
-    assert (step.time_s, step.power_w) == pytest.approx((0.057715960759476666, 1125.6345621298176), rel=1e-12)
-    assert default_perf_model("llama2-70b", "h100-80gb", "splitwise-llama2-70b-h100").fits == pm.fits
 
 
 def test_profiles_are_selectable_by_name() -> None:

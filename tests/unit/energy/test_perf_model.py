@@ -3,6 +3,7 @@
 import pytest
 
 from energy.calibration import default_perf_model, holdout_report, power_cap_report
+from energy.profiles import perf_model_for
 
 
 def test_holdout_error_is_small() -> None:
@@ -14,7 +15,7 @@ def test_holdout_error_is_small() -> None:
 
 def test_splitwise_power_cap_reproduced() -> None:
     """Splitwise: capping each H100 at 350 W slows prompts ~1.3x and tokens barely at all."""
-    pm = default_perf_model()
+    pm = perf_model_for("splitwise-llama2-70b-h100")
     prompt_clock = pm.clock_under_power_cap("prompt", 350)
     token_clock = pm.clock_under_power_cap("token", 350)
     prompt_slowdown = pm.stretch(pm.gpu.prompt_compute_share, prompt_clock)

@@ -18,15 +18,15 @@ def test_streams_exact_tokens_in_modelled_time() -> None:
         start = time.monotonic()
         tokens = 0
         usage = None
-        async for chunk in engine.generate(_req("a", 100, 20)):
+        async for chunk in engine.generate(_req("a", 100, 40)):
             tokens += chunk.num_tokens
             usage = chunk.usage or usage
         await engine.shutdown()
         return tokens, time.monotonic() - start, usage
 
     tokens, wall_s, usage = asyncio.run(main())
-    assert tokens == 20 and usage.completion_tokens == 20 and usage.energy_j > 0
-    # 20 steps of ~30 ms at TP8: the engine really waits for the modelled time (the upper
+    assert tokens == 40 and usage.completion_tokens == 40 and usage.energy_j > 0
+    # 40 steps of ~16 ms at TP8: the engine really waits for the modelled time (the upper
     # bound only catches a runaway; a busy machine may stretch the waits several-fold).
     assert 0.5 < wall_s < 10.0
     assert usage.e2e_s > usage.ttft_s > 0

@@ -1,5 +1,6 @@
 """Issue 19: a named perf/power profile is selectable wherever a model and GPU are, and
-leaving it unset keeps Splitwise's fit (the default) bit for bit."""
+leaving it unset runs the current-stack profile for the pair, bit for bit (Splitwise's fit
+where none covers it)."""
 
 import json
 
@@ -16,7 +17,9 @@ from sim.run import simulate
 from sim.scenario import build
 from sim.workload import load_trace, window
 
-MLENERGY_70B = "mlenergy-llama3-70b-h100"  # TP4 only
+MLENERGY_70B = "mlenergy-llama3-70b-h100"  # the default for 70B on H100
+SPLITWISE_70B = "splitwise-llama2-70b-h100"
+B200 = SimConfig(model="llama3.1-70b", hardware="b200-180gb")  # its profile has TP2 only
 
 
 def _cli_j_per_token(tmp_path, *extra: str) -> float:
@@ -28,17 +31,19 @@ def _cli_j_per_token(tmp_path, *extra: str) -> float:
 
 def test_cli_profile_changes_energy_per_token(tmp_path) -> None:
     default = _cli_j_per_token(tmp_path)
-    mlenergy = _cli_j_per_token(tmp_path, "--profile", MLENERGY_70B)
-    assert mlenergy != default
-    assert mlenergy < default  # a current vLLM stack decodes 1.8-3.3x faster than Splitwise's
+    splitwise = _cli_j_per_token(tmp_path, "--profile", SPLITWISE_70B)
+    assert default < splitwise  # a current vLLM stack decodes 1.8-3.3x faster than Splitwise's
 
 
-def test_unset_profile_is_splitwise_fit_bit_for_bit() -> None:
+def test_unset_profile_is_the_pairs_default_bit_for_bit() -> None:
     w = window(load_trace("conv"), 0.0, 60.0)
-    unset, _ = simulate("singlepool", w, SimConfig())
-    named, _ = simulate("singlepool", w, SimConfig(profile="splitwise-llama2-70b-h100"))
-    assert unset["energy_j"] == named["energy_j"]
-    assert unset["p99_tbt_s"] == named["p99_tbt_s"]
+    a100 = SimConfig(hardware="a100-80gb")
+    for unset, named in ((SimConfig(), SimConfig(profile=MLENERGY_70B)),
+                         (a100, a100.model_copy(update={"profile": "splitwise-llama2-70b-a100"}))):
+        unset_run, _ = simulate("singlepool", w, unset)
+        named_run, _ = simulate("singlepool", w, named)
+        assert unset_run["energy_j"] == named_run["energy_j"]
+        assert unset_run["p99_tbt_s"] == named_run["p99_tbt_s"]
 
 
 def test_unknown_profile_names_the_known_ones(capsys) -> None:
@@ -58,25 +63,24 @@ def test_profile_for_another_gpu_fails() -> None:
 
 
 def test_policies_that_pick_tps_start_on_the_profiles_tps() -> None:
-    """The composite's pools start at TP4 (the app's TP2/TP8 are not measured) and its
-    planner's energy profile, its throttLL'eM layer and M are built on the same profile."""
+    """On B200 the composite's pools start at TP2 (the app's TP4/TP8 are not measured there)
+    and its planner's energy profile, its throttLL'eM layer and M are built on the same profile."""
     w = window(load_trace("conv"), 0.0, 30.0)
-    setups, policy = build("wattwise", w, SimConfig(profile=MLENERGY_70B))
-    assert {s.tensor_parallel for s in setups} == {4}
-    assert policy.config.profile == MLENERGY_70B
-    assert policy.profile.tensor_parallel_degrees == [4]
+    setups, policy = build("wattwise", w, B200)
+    assert {s.tensor_parallel for s in setups} == {2}
+    assert policy.profile.tensor_parallel_degrees == [2]
 
 
 def test_fixed_tp_policy_on_a_profile_without_its_tp_fails_clearly() -> None:
     w = window(load_trace("conv"), 0.0, 10.0)
-    with pytest.raises(ValueError, match=f"runs TP8, but perf profile '{MLENERGY_70B}'.* has TP4 only"):
-        build("singlepool", w, SimConfig(profile=MLENERGY_70B))
+    with pytest.raises(ValueError, match=r"runs TP8, but perf profile 'mlenergy-llama3-70b-b200'.* has TP2 only"):
+        build("singlepool", w, B200)
 
 
 def test_sim_engine_runs_the_named_profile() -> None:
-    engine = SimEngine(SimEngineConfig(profile=MLENERGY_70B, tensor_parallel=4))
-    assert engine.batcher.perf is default_perf_model("llama2-70b", "h100-80gb", MLENERGY_70B)
-    assert SimEngine(SimEngineConfig()).batcher.perf is default_perf_model("llama2-70b", "h100-80gb")
+    engine = SimEngine(SimEngineConfig(profile=SPLITWISE_70B, tensor_parallel=4))
+    assert engine.batcher.perf is default_perf_model("llama2-70b", "h100-80gb", SPLITWISE_70B)
+    assert SimEngine(SimEngineConfig()).batcher.perf is default_perf_model("llama2-70b", "h100-80gb", MLENERGY_70B)
 
 
 def test_serve_config_checks_the_engines_profile() -> None:
