@@ -56,11 +56,22 @@ def _serve(argv: list[str]) -> int:
 
 
 def _calibrate(argv: list[str]) -> int:
-    from energy.calibration import holdout_report, power_cap_report
+    from energy.calibration import default_perf_model, holdout_report, power_cap_report
     from energy.mlenergy_calibration import holdouts
-    from energy.profiles import MLENERGY_SOURCES, PROFILES
+    from energy.profiles import MLENERGY_SOURCES, PROFILES, perf_model_for
 
-    print("Splitwise profiles (energy/data/perf_model.csv), ~20% of configurations held out:")
+    print("Profiles: the TPs each one fits (* = scaled by Splitwise's TP ratios, no held-out rows) and "
+          "the model/GPU pairs it is the default for:")
+    print(f"{'profile':<27} {'GPU':<11} {'TPs':<12} default for")
+    for name, profile in PROFILES.items():
+        source = MLENERGY_SOURCES.get(name)
+        extrapolated = source.extrapolated_tps if source else ()
+        tps = " ".join(f"{tp}{'*' if tp in extrapolated else ''}"
+                       for tp in perf_model_for(name).tensor_parallel_degrees)
+        default_for = [m for m in profile.models if default_perf_model(m, profile.hardware) is perf_model_for(name, m)]
+        print(f"{name:<27} {profile.hardware:<11} {tps:<12} {', '.join(default_for) or '-'}")
+
+    print("\nSplitwise profiles (energy/data/perf_model.csv), ~20% of configurations held out:")
     print(f"{'profile':<27} {'train':>6} {'test':>5} {'prompt MAPE':>12} {'token MAPE':>11}")
     for name, profile in PROFILES.items():
         if name not in MLENERGY_SOURCES:

@@ -73,6 +73,7 @@ class Tally:
 
     outcomes: Counter = field(default_factory=Counter)
     problems: list[str] = field(default_factory=list)
+    streaming: int = 0  # streams that have received their first token
 
     def add(self, outcome: str, problem: str | None = None) -> None:
         self.outcomes[outcome] += 1
@@ -107,6 +108,7 @@ async def _one(client: openai.AsyncOpenAI, tally: Tally, prompt_words: int, max_
             async for chunk in response:
                 rid = chunk.id
                 if chunk.choices:
+                    tally.streaming += not text
                     text += chunk.choices[0].text
                     finish = chunk.choices[0].finish_reason or finish
                 usage = chunk.usage or usage
@@ -182,9 +184,14 @@ def test_killing_a_replica_mid_stream_loses_nothing(faults: LocalServe) -> None:
 
     async def main() -> None:
         client = _client(faults)
-        load = [asyncio.create_task(_one(client, tally, 20, 160, stream=True)) for _ in range(12)]
-        load += [asyncio.create_task(_one(client, tally, 20, 120, stream=False)) for _ in range(4)]
-        await asyncio.sleep(1.5)  # every stream has its first tokens by now
+        # Long enough (~8 s of modelled decode) that the kill lands mid-stream however slowly
+        # the machine delivered the first tokens.
+        load = [asyncio.create_task(_one(client, tally, 20, 480, stream=True)) for _ in range(12)]
+        load += [asyncio.create_task(_one(client, tally, 20, 360, stream=False)) for _ in range(4)]
+        deadline = time.monotonic() + 60
+        while tally.streaming < 12 and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert tally.streaming == 12, tally  # every stream is under way
         ray.kill(ray.get_actor(replicas[0], namespace="serve"), no_restart=True)
         await asyncio.wait_for(asyncio.gather(*load), timeout=120)
 

@@ -46,13 +46,13 @@ def test_unmeasured_tps_follow_splitwises_tp_ratios() -> None:
             assert ratio == pytest.approx(getattr(splitwise.fits[tp], coef) / getattr(splitwise.fits[4], coef))
         assert current.fits[tp].d2 == pytest.approx(current.fits[4].d2 * 4 / tp)  # KV reads split over the GPUs
 
-    def per_gpu_j_per_token(tp: int) -> float:
+    def j_per_token(tp: int) -> float:  # all of the replica's GPUs
         step = current.iteration(0, 0, 64, 64 * 600, tp, 1980)
         return step.time_s * step.power_w / 64
 
     steps = {tp: current.decode_time_s(64, 64 * 600, tp, 1980) for tp in (2, 4, 8)}
     assert steps[2] > steps[4] > steps[8]
-    assert per_gpu_j_per_token(2) < per_gpu_j_per_token(4) < per_gpu_j_per_token(8)  # more GPUs, less work each
+    assert j_per_token(2) < j_per_token(4) < j_per_token(8)  # more GPUs, each less busy
     assert perf_model_for("mlenergy-llama3-70b-b200").tensor_parallel_degrees == [2]  # no H100 ratios for B200
 
 
