@@ -26,6 +26,7 @@ import yaml
 from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
 from core.paths import SERVE_CONFIG
+from energy.profiles import default_profile
 from sim.config import SimConfig
 from sim.metrics import summarise as summarise_run
 from sim.scenario import build
@@ -227,7 +228,10 @@ def plot(outcomes: list[Outcome], samples: list[FleetSample], path: Path) -> Non
 
 
 def print_summary(summary: dict, sim: dict[str, dict]) -> None:
-    print("\n== wattwise demo: simulated H100s, Llama2-70B profile, the wattwise controller ==")
+    config = SimConfig()
+    profile = config.profile or default_profile(config.model, config.hardware) or "Splitwise's fit"
+    print(f"\n== wattwise demo: simulated {config.hardware}, {config.model} on perf profile {profile}, "
+          "the wattwise controller ==")
     print(f"requests {summary['requests']}  completed {summary['completed']}  errors {summary['errors'] or 'none'}")
     print(f"p99 TTFT {summary['p99_ttft_s']:.3f} s   p99 mean TBT {summary['p99_mean_tbt_s']:.3f} s")
     print("SLO attainment per length class: "
