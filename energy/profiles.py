@@ -65,6 +65,11 @@ def default_profile(model: str, hardware: str) -> str | None:
     return covering[0] if covering else None
 
 
+def profile_label(profile: str | None, model: str, hardware: str) -> str:
+    """The profile a run with `profile` uses, named for messages and headers."""
+    return profile or default_profile(model, hardware) or "Splitwise's fit"
+
+
 def perf_model_for(profile: str, model: str | None = None) -> PerfModel:
     """The PerfModel of a named profile, sized as `model` (default: the profile's own).
     Fitted once per process; the model is immutable so sharing it is safe."""

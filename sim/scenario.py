@@ -27,7 +27,7 @@ from core.policy import ControlPolicy
 from core.roles import Phase, ReplicaKind
 from energy.calibration import default_perf_model
 from energy.capacity import CapacityModel, Load
-from energy.profiles import default_profile
+from energy.profiles import profile_label
 from sim.config import SimConfig
 from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimulator
@@ -82,7 +82,7 @@ def start_tp(pool: str, tp: int, config: SimConfig, picks_tp: bool = False) -> i
     if picks_tp:
         return min(have, key=lambda t: (abs(t - tp), -t))
     pickers = ", ".join(name for name, spec in SPECS.items() if spec.picks_tp)
-    profile = config.profile or default_profile(config.model, config.hardware) or "splitwise (default)"
+    profile = profile_label(config.profile, config.model, config.hardware)
     raise ValueError(f"pool {pool} runs TP{tp}, but perf profile {profile!r} for "
                      f"{config.model} on {config.hardware} has {', '.join(f'TP{t}' for t in have)} only; "
                      f"policies that pick TPs themselves run on it: {pickers}")

@@ -26,7 +26,7 @@ import yaml
 from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
 from core.paths import SERVE_CONFIG
-from energy.profiles import default_profile
+from energy.profiles import profile_label
 from sim.config import SimConfig
 from sim.metrics import summarise as summarise_run
 from sim.scenario import build
@@ -229,7 +229,7 @@ def plot(outcomes: list[Outcome], samples: list[FleetSample], path: Path) -> Non
 
 def print_summary(summary: dict, sim: dict[str, dict]) -> None:
     config = SimConfig()
-    profile = config.profile or default_profile(config.model, config.hardware) or "Splitwise's fit"
+    profile = profile_label(config.profile, config.model, config.hardware)
     print(f"\n== wattwise demo: simulated {config.hardware}, {config.model} on perf profile {profile}, "
           "the wattwise controller ==")
     print(f"requests {summary['requests']}  completed {summary['completed']}  errors {summary['errors'] or 'none'}")

@@ -108,7 +108,8 @@ async def _one(client: openai.AsyncOpenAI, tally: Tally, prompt_words: int, max_
             async for chunk in response:
                 rid = chunk.id
                 if chunk.choices:
-                    tally.streaming += not text
+                    if not text:
+                        tally.streaming += 1
                     text += chunk.choices[0].text
                     finish = chunk.choices[0].finish_reason or finish
                 usage = chunk.usage or usage
