@@ -28,7 +28,7 @@ from prediction.predictor_config import PredictorConfig
 class PoolAutoscaling(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas the controller may leave the pool with.")
+    min_replicas: int = Field(default=1, ge=0, description="Fewest replicas the controller may leave the pool with; 0 lets the one controller fold the pool into a longer one at low load.")
     max_replicas: int = Field(default=4, ge=1, description="Most replicas the controller may give the pool.")
     initial_replicas: int | None = Field(default=None, ge=0, description="Replicas at start; None: min_replicas.")
     metrics_interval_s: float = Field(default=0.5, gt=0, description="How often each replica reports its metrics to Serve's controller (s).")

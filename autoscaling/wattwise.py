@@ -3,6 +3,7 @@
 | decision | owner | where it runs |
 | --- | --- | --- |
 | replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin) | this policy, inside the planner's load |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
 | admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains) |
@@ -24,6 +25,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
 from autoscaling.dynamollm.shape_planner import PoolShape, PoolShapePlanner, ShapePlannerConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
@@ -58,6 +60,9 @@ class WattwiseConfig(BaseModel):
         "TP changes are considered this often (DynamoLLM's pool epoch)."))
     overload_queue_per_replica: float = Field(default=4.0, gt=0, description=(
         "Requests waiting per replica beyond which a pool gets an instance at once."))
+    fold_pools: bool = Field(default=True, description=(
+        "At low load a pool may fold into one serving longer inputs (its classes routed there, "
+        "its replicas given back) when that costs fewer watts (autoscaling.dynamollm.pool_folding)."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
 
@@ -83,6 +88,12 @@ class WattwisePolicy:
                                         reconfigure_cost_s=config.overheads.reshard_s,
                                         pool_epoch_s=config.pool_epoch_s)
         self.max_clock_mhz = max(profile.clocks_mhz)
+        names = LengthClassConfig.names()
+        # Pools in order of the inputs they serve: a pool folds only into a later one.
+        self._order = sorted(config.pools, key=lambda p: max(names.index(c) for c in config.pools[p]))
+        self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s)
+                         if config.fold_pools else None)
+        self._reported: set[str] = set()
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
 
@@ -109,34 +120,80 @@ class WattwisePolicy:
         tp = dep.replica_stats[0].tensor_parallel
         return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
 
+    def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float]]:
+        """Cluster-wide interactive and batch arrival rates per length class, wherever the
+        routing sent them (replicas report batch arrivals as one rate: each class gets the
+        replica's batch share of it)."""
+        interactive: dict[str, float] = {}
+        batch: dict[str, float] = {}
+        for dep in view.deployments.values():
+            for stats in dep.replica_stats:
+                total = sum(stats.class_rates_per_s.values())
+                share = min(stats.batch_rate_per_s / total, 1.0) if total > 0 else 0.0
+                for cls, r in stats.class_rates_per_s.items():
+                    interactive[cls] = interactive.get(cls, 0.0) + r * (1 - share)
+                    batch[cls] = batch.get(cls, 0.0) + r * share
+        return interactive, batch
+
     def _dynamollm_layer(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        for name in self.config.pools:
+            dep = view.deployments.get(name)
+            if dep is not None and dep.replica_stats:
+                self._reported.add(name)
+        interactive, batch = self._class_rates(view)
+        planned: dict[str, dict[str, float]] = {}
+        for name in self._order:  # each pool's own classes, wherever they run now
+            if name in self._reported:
+                classes = self.config.pools[name]
+                rates = {cls: interactive.get(cls, 0.0) + batch.get(cls, 0.0) for cls in classes}
+                planned[name] = self.planner.planning_rates(
+                    name, rates, sum(batch.get(cls, 0.0) for cls in classes), now_s)
+        epoch = self.planner.at_epoch(now_s)
+        if self._folding is not None and len(planned) == len(self._order):
+            groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view), epoch)
+        else:
+            groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
         tp: dict[str, int] = {}
         band: dict[str, tuple[int, int]] = {}
+        routing: dict[str, dict[str, float]] = {}
         held = {name: (s.instances * s.tensor_parallel if (s := self.planner.shape(name)) else 0)
                 for name in self.config.pools}
-        for name, classes in self.config.pools.items():
-            dep = view.deployments.get(name)
-            running = self._running(dep)
-            if running is None and self.planner.shape(name) is None:
-                continue  # not reported yet: plan it once its replicas say what they run
-            rates = {cls: 0.0 for cls in classes}
-            batch_rate = 0.0
-            for stats in dep.replica_stats if dep else ():
-                batch_rate += stats.batch_rate_per_s
-                for cls, r in stats.class_rates_per_s.items():
-                    rates[cls] = rates.get(cls, 0.0) + r
-            free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != name)
-            ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in classes)
+        for group in groups:
+            host = group.host
+            dep = view.deployments.get(host)
+            for member in group.members[:-1]:  # folded: its classes go to the host, its GPUs back
+                self.planner.forget(member)
+                held[member] = 0
+                replicas[member] = 0
+            rates = {cls: r for member in group.members for cls, r in planned[member].items()}
+            free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
+            ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
-            shape = self.planner.plan(name, rates, batch_rate, free, backlog_instances, running, now_s, late=late,
+            shape = self.planner.plan(host, rates, free, backlog_instances, self._running(dep), now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
-                                      tps=self.config.tensor_parallel_options.get(name))
-            held[name] = shape.instances * shape.tensor_parallel
-            replicas[name], tp[name] = shape.instances, shape.tensor_parallel
-            band[name] = (shape.clock_mhz, self.max_clock_mhz)
+                                      tps=self.config.tensor_parallel_options.get(host))
+            held[host] = shape.instances * shape.tensor_parallel
+            replicas[host], tp[host] = shape.instances, shape.tensor_parallel
+            band[host] = (shape.clock_mhz, self.max_clock_mhz)
+            for cls in rates:
+                routing[cls] = {host: 1.0}
         self.planner.end_epoch(now_s)
-        return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band, reason="dynamollm planner")
+        return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
+                           routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
+
+    def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView) -> float:
+        """Watts of the cheapest shape that carries the group's planned load on its host;
+        inf if a pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep
+        them running, so folding would save nothing)."""
+        for member in group.members[:-1]:
+            if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
+                return math.inf
+        dep = view.deployments.get(group.host)
+        rates = {cls: r for member in group.members for cls, r in planned[member].items()}
+        shape = self.planner.cheapest(rates, self.config.cluster_gpus, dep.max_replicas if dep else None,
+                                      self.config.tensor_parallel_options.get(group.host))
+        return shape.power_w if shape is not None else math.inf
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""

@@ -204,7 +204,8 @@ def build(
                                    profile=config.profile)
     if name == "wattwise":
         # Chiron's layer on every replica: batch work yields to interactive work.
-        setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
+        # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
+        setups = [replace(s, interactive_first=True, min_replicas=0) for s in with_throttllem(setups, config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)

@@ -64,3 +64,6 @@ def quick_config(config: dict[str, Any]) -> None:
     ]
     for pool in app["args"]["pools"]:
         pool["autoscaling"]["max_replicas"] = 3
+        # Shipped at 0 so the one controller may fold a pool; the utilisation policy would
+        # empty an idle pool instead, and each test's first request would wait for a replica.
+        pool["autoscaling"]["min_replicas"] = max(pool["autoscaling"].get("min_replicas", 1), 1)

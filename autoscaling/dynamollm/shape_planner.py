@@ -54,7 +54,8 @@ class ShapePlannerConfig(BaseModel):
         "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
     downscale_hold_s: float = Field(default=90.0, ge=0, description=(
         "A smaller instance count must be enough for this long before the pool shrinks."))
-    min_instances: int = Field(default=1, ge=0, description="Warm instances every pool keeps.")
+    min_instances: int = Field(default=1, ge=0, description=(
+        "Warm instances every serving pool keeps (a pool folded into another keeps none)."))
     first_epoch_s: float = Field(default=60.0, ge=0, description=(
         "The first pool epoch (a TP change may happen) comes this long after the first plan: "
         "a minute of observed load first, then the shape the operator started with may go."))
@@ -77,31 +78,41 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
                      lengths: LengthClassConfig, headroom: float, ttft_headroom: float | None = None) -> float | None:
     """Instances of (TP, clock) the per-class rates fill (each class's share of one
     instance is its rate over the instance's SLO-feasible capacity); None if a class
-    with load cannot be served at this shape at all."""
+    with load cannot be served at this shape at all. A request may wait for one prefill
+    of another class sharing its replica (a short prompt behind a long one: the
+    interference DynamoLLM's pools avoid), so each class's TTFT target is cut by the
+    longest unloaded TTFT of the other classes with load."""
+    loaded = [cls for cls, rate in rates.items() if rate > 0]
+    solo_ttft_s = {cls: at[1] if (at := profile.at(cls, tp, clock_mhz, 0.0)) is not None else 0.0 for cls in loaded}
     need = 0.0
-    for cls, rate in rates.items():
-        if rate <= 0:
-            continue
-        cap = profile.capacity(cls, tp, clock_mhz, planning_slo(lengths, cls, headroom, ttft_headroom or headroom))
+    for cls in loaded:
+        wait_s = max((solo_ttft_s[other] for other in loaded if other != cls), default=0.0)
+        slo = planning_slo(lengths, cls, headroom, ttft_headroom or headroom)
+        if slo.ttft_s <= wait_s:
+            return None
+        cap = profile.capacity(cls, tp, clock_mhz, SLO(ttft_s=slo.ttft_s - wait_s, tbt_s=slo.tbt_s))
         if cap <= 0:
             return None
-        need += rate / cap
+        need += rates[cls] / cap
     return need
 
 
 def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
                   instances: int) -> float:
-    """Power of `instances` replicas sharing the rates evenly: idle, plus each class's
-    power above idle at its per-instance rate."""
+    """Power of `instances` replicas sharing the rates evenly. One replica runs at a
+    utilisation U, the sum over classes of its rate over the class's top profiled rate;
+    its power is idle plus each class's power above idle at U of that class's top rate,
+    weighted by the class's share of U. One class alone is its own curve; a mix is not the
+    sum of its classes' curves, which would charge each class a busy GPU of its own."""
     idle_w = _idle_w(profile, tp, clock_mhz)
+    shares = {cls: rate / instances / top for cls, rate in rates.items()
+              if rate > 0 and (top := profile.max_rate_per_s(cls, tp, clock_mhz)) > 0}
+    utilisation = sum(shares.values())
     busy_w = 0.0
-    for cls, rate in rates.items():
-        if rate <= 0:
-            continue
-        at = profile.at(cls, tp, clock_mhz, rate / instances)
-        if at is None:  # beyond one class's own capacity: costed at its top
-            at = profile.at(cls, tp, clock_mhz, profile.max_rate_per_s(cls, tp, clock_mhz))
-        busy_w += max(at[0] - idle_w, 0.0) if at is not None else 0.0
+    for cls, share in shares.items():
+        at = profile.at(cls, tp, clock_mhz, min(utilisation, 1.0) * profile.max_rate_per_s(cls, tp, clock_mhz))
+        if at is not None:
+            busy_w += share / utilisation * max(at[0] - idle_w, 0.0)
     return instances * (idle_w + busy_w)
 
 
@@ -180,23 +191,39 @@ class PoolShapePlanner:
             planned[cls] = planned.get(cls, 0.0) + r / len(history)
         return planned
 
-    def plan(self, pool: str, rates: dict[str, float], batch_rate: float, gpus_available: int, backlog_instances: int,
+    def at_epoch(self, now_s: float) -> bool:
+        """Whether a pool epoch (TP changes, pool folding) is due; the first comes
+        `first_epoch_s` after the first plan, so load is observed first."""
+        if self._next_epoch_s is None:
+            self._next_epoch_s = now_s + self.config.first_epoch_s
+        return now_s >= self._next_epoch_s
+
+    def cheapest(self, planned: dict[str, float], gpus_available: int, max_instances: int | None = None,
+                 tps: Collection[int] | None = None) -> PoolShape | None:
+        """The least-power shape for planned rates, under this planner's headrooms."""
+        cfg = self.config
+        return cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
+                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances, tps=tps)
+
+    def forget(self, pool: str) -> None:
+        """A pool given back (folded into another): planned afresh if it serves again."""
+        self._shape.pop(pool, None)
+        self._lower_since.pop(pool, None)
+
+    def plan(self, pool: str, planned: dict[str, float], gpus_available: int, backlog_instances: int,
              running: PoolShape | None, now_s: float, max_instances: int | None = None,
              tps: Collection[int] | None = None, late: bool = False) -> PoolShape:
-        """The pool's shape now. `gpus_available` counts the GPUs it holds plus the free
+        """The pool's shape now for `planned` rates (`planning_rates`, summed over the pools
+        it serves). `gpus_available` counts the GPUs it holds plus the free
         ones, `max_instances` the deployment's replica cap, `tps` the TPs it may run;
         `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
         `late` (replicas over their TTFT target) asks for one instance beyond the forecast's;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
-        TP is kept until the first pool epoch, `first_epoch_s` after start: load is observed first)."""
-        planned = self.planning_rates(pool, rates, batch_rate, now_s)
-        if self._next_epoch_s is None:
-            self._next_epoch_s = now_s + self.config.first_epoch_s
-        epoch = now_s >= self._next_epoch_s
+        TP is kept until the first pool epoch)."""
+        epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config
-        best = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
-                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances, tps=tps)
+        best = self.cheapest(planned, gpus_available, max_instances, tps)
         if best is None:  # nothing carries the load: everything at the top shape that fits
             tp = max(tps or self.profile.tensor_parallel_degrees)
             fit = min(gpus_available // tp, max_instances or gpus_available)
@@ -205,9 +232,7 @@ class PoolShapePlanner:
             self._shape[pool] = best
             return best
         if best.tensor_parallel != current.tensor_parallel:
-            same_tp = cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances,
-                                     gpus_available, tps=[current.tensor_parallel], ttft_headroom=cfg.ttft_headroom,
-                                     max_instances=max_instances)
+            same_tp = self.cheapest(planned, gpus_available, max_instances, tps=[current.tensor_parallel])
             if same_tp is not None and not (epoch and self._pays(same_tp, best)):
                 best = same_tp  # keep the TP until an epoch finds the switch worth its cost
         instances = best.instances

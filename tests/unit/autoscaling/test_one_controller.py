@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from autoscaling.dynamollm.pool_folding import PoolFolding, partitions
 from autoscaling.dynamollm.shape_planner import (
     PoolShapePlanner,
     ShapePlannerConfig,
@@ -142,29 +143,76 @@ def test_planner_never_loses_to_a_baseline_shape_it_could_have_chosen(profile, r
         assert best.power_w <= shape_power_w(profile, rates, tp, clock, n) + 1e-6
 
 
-def _view(rates: dict[str, float], tp: int = 8, replicas: int = 2) -> ClusterView:
+def _view(rates: dict[str, float], tp: int = 8, replicas: int = 2, min_replicas: int = 1) -> ClusterView:
     deps = {}
     for name, classes in POOLS.items():
         stats = ReplicaStats(tensor_parallel=tp, class_rates_per_s={c: rates.get(c, 0.0) for c in classes})
-        deps[name] = DeploymentView(name, replicas, replicas, 1, 64, (stats,) * replicas)
+        deps[name] = DeploymentView(name, replicas, replicas, min_replicas, 64, (stats,) * replicas)
     return ClusterView(deps)
 
 
-def test_composite_follows_load_keeps_tp_until_an_epoch_and_publishes_bands_not_clocks(profile) -> None:
+def test_partitions_are_every_run_of_neighbours_served_by_its_last_pool() -> None:
+    found = {tuple(g.members for g in p) for p in partitions(["s", "m", "l"])}
+    assert found == {(("s",), ("m",), ("l",)), (("s", "m"), ("l",)), (("s",), ("m", "l")), (("s", "m", "l"),)}
+    assert all(g.host == g.members[-1] for p in partitions(["s", "m", "l"]) for g in p)
+    assert sum(1 for _ in partitions(list("abcde"))) == 16
+
+
+def test_folding_changes_only_on_an_epoch_and_only_when_the_saving_pays_a_restart() -> None:
+    folding = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0)
+    merged_w = {("s",): 500.0, ("l",): 500.0, ("s", "l"): 600.0}
+    assert folding.choose(lambda g: merged_w[g.members], epoch=False) == folding.groups
+    assert [g.members for g in folding.groups] == [("s",), ("l",)]
+    # Saves 400 W x 300 s = 120 kJ against a 30 s restart at 600 W = 18 kJ: folds.
+    assert [g.members for g in folding.choose(lambda g: merged_w[g.members], epoch=True)] == [("s", "l")]
+    assert folding.host_of("s") == "l"
+    # Splitting back would save 5 W x 300 s = 1.5 kJ, less than the restart's ~18 kJ: stays.
+    barely = {("s",): 297.0, ("l",): 298.0, ("s", "l"): 600.0}
+    assert [g.members for g in folding.choose(lambda g: barely[g.members], epoch=True)] == [("s", "l")]
+
+
+def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each(profile) -> None:
+    """One class alone is its own power curve; two classes on one replica cost less than
+    two replicas each running one of them (the idle power is paid once)."""
+    top = profile.max_rate_per_s("SM", 2, 1400)
+    alone_w = shape_power_w(profile, {"SM": top / 2}, 2, 1400, 1)
+    assert alone_w == pytest.approx(profile.at("SM", 2, 1400, top / 2)[0])
+    other = profile.max_rate_per_s("MM", 2, 1400)
+    both_w = shape_power_w(profile, {"SM": top / 4, "MM": other / 4}, 2, 1400, 1)
+    apart_w = (shape_power_w(profile, {"SM": top / 4}, 2, 1400, 1)
+               + shape_power_w(profile, {"MM": other / 4}, 2, 1400, 1))
+    assert both_w < apart_w
+    assert both_w <= max(alone_w, shape_power_w(profile, {"MM": other / 2}, 2, 1400, 1)) + 1e-6
+
+
+def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_classes_there(profile) -> None:
+    """Sharing replicas across pools is in the planner's search: at low load the short
+    pool gives its replicas back and its classes go to the medium pool; the long pool
+    stays apart (a long prefill ahead of a short prompt would cost it its TTFT target);
+    a pool whose min_replicas Serve must keep is never folded."""
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    low = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 0.0)
-    assert low.clock_mhz == {} and set(low.clock_band_mhz) == set(POOLS)
-    assert low.tensor_parallel == {name: 8 for name in POOLS}  # the running TP, until the first pool epoch
-    assert all(lo <= hi == max(profile.clocks_mhz) for lo, hi in low.clock_band_mhz.values())
-    high = policy.observe(_view({"MS": 10.0, "MM": 10.0, "LL": 6.0}), 10.0)
-    assert high.replicas["pool-medium"] > low.replicas["pool-medium"]  # grows at once
-    later = policy.observe(_view({"MS": 0.1, "LL": 0.1}), 20.0)
-    assert later.replicas["pool-medium"] == high.replicas["pool-medium"]  # shrinks only after the hold
-    planner = policy.config.planner  # (three plans this far apart make a bursty pool: its longer window)
-    epoch = policy.config.pool_epoch_s + max(planner.lookback_s, planner.bursty_lookback_s) + 30.0
-    settled = policy.observe(_view({"MS": 0.1, "LL": 0.1}), epoch)
-    assert settled.tensor_parallel["pool-medium"] < 8  # low load: small TP pays at an epoch
-    assert settled.replicas["pool-medium"] < high.replicas["pool-medium"]
+    low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
+    first = policy.observe(_view(low, min_replicas=0), 0.0)
+    assert all(first.replicas[p] >= 1 for p in POOLS)  # before the first pool epoch: as started
+    later = policy.observe(_view(low, min_replicas=0), policy.config.planner.first_epoch_s + 1.0)
+    assert later.replicas["pool-short"] == 0
+    assert later.replicas["pool-medium"] >= 1 and later.replicas["pool-long"] >= 1
+    assert later.routing_weights["SS"] == later.routing_weights["MM"] == {"pool-medium": 1.0}
+    assert later.routing_weights["LM"] == {"pool-long": 1.0}
+    kept = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    kept.observe(_view(low, min_replicas=1), 0.0)
+    pinned = kept.observe(_view(low, min_replicas=1), kept.config.planner.first_epoch_s + 1.0)
+    assert all(pinned.replicas[p] >= 1 for p in POOLS)
+    assert pinned.routing_weights["SS"] == {"pool-short": 1.0}
+
+
+def test_a_short_prompt_sharing_a_replica_with_long_ones_has_less_ttft_to_spend(profile) -> None:
+    """One long prefill may run ahead of a short prompt: together they fill more of an
+    instance than apart, or cannot share one at all."""
+    apart = (needed_instances(profile, {"SS": 1.0}, 2, 1400, LENGTHS, 0.7)
+             + needed_instances(profile, {"LL": 0.3}, 2, 1400, LENGTHS, 0.7))
+    together = needed_instances(profile, {"SS": 1.0, "LL": 0.3}, 2, 1400, LENGTHS, 0.7)
+    assert together is None or together > apart
 
 
 def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_not_one_per_plan(profile) -> None:

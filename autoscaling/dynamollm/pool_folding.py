@@ -1,0 +1,75 @@
+"""DynamoLLM's pool merging at low load: a length-class pool folds into a pool that
+serves longer inputs, its classes routed there and its replicas given back.
+
+Per-class pools pay when each is busy (short requests never share a batch with long
+ones). At low load every pool still holds a whole instance, and the rounding of three
+pools costs more than the interference it saves: SinglePool carries the conversation
+trace on one TP8 replica, a shape no per-pool plan can reach. So the planner costs every
+partition of the pools into runs of neighbours (pools ordered by the inputs they serve),
+each run served by its last pool, the one that can take every request of the run, and
+keeps the cheapest. A partition changes only on a pool epoch and only when the watts it
+saves over the epoch pay a restart, as a TP change does. Pure: costs in, groups out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PoolGroup:
+    """Pools served together by `host` (the last of `members`, the longest inputs)."""
+
+    members: tuple[str, ...]
+
+    @property
+    def host(self) -> str:
+        return self.members[-1]
+
+
+def partitions(order: Sequence[str]) -> Iterator[tuple[PoolGroup, ...]]:
+    """Every split of `order` into runs of neighbours (2^(n-1) of them)."""
+    n = len(order)
+    for cuts in range(2 ** max(n - 1, 0)):  # bit i set: a run ends after order[i]
+        groups: list[PoolGroup] = []
+        start = 0
+        for i in range(n):
+            if i == n - 1 or cuts >> i & 1:
+                groups.append(PoolGroup(tuple(order[start:i + 1])))
+                start = i + 1
+        yield tuple(groups)
+
+
+class PoolFolding:
+    """The partition in force, changed on epochs when the change pays its restart."""
+
+    def __init__(self, order: Sequence[str], reconfigure_cost_s: float, pool_epoch_s: float) -> None:
+        self.order = tuple(order)
+        self.reconfigure_cost_s = reconfigure_cost_s
+        self.pool_epoch_s = pool_epoch_s
+        self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
+
+    def host_of(self, pool: str) -> str:
+        return next(g.host for g in self.groups if pool in g.members)
+
+    def choose(self, power_w: Callable[[PoolGroup], float], epoch: bool) -> tuple[PoolGroup, ...]:
+        """The groups to run: on an epoch the least-power partition (`power_w` prices one
+        group at its cheapest shape, inf if none carries it) if it pays; else the current."""
+        if not epoch or len(self.order) < 2:
+            return self.groups
+        priced: dict[PoolGroup, float] = {}
+
+        def total_w(partition: tuple[PoolGroup, ...]) -> float:
+            for g in partition:
+                if g not in priced:
+                    priced[g] = power_w(g)
+            return sum(priced[g] for g in partition)
+
+        best = min(partitions(self.order), key=total_w)
+        now_w, best_w = total_w(self.groups), total_w(best)
+        if best != self.groups and math.isfinite(best_w) and (
+                not math.isfinite(now_w) or (now_w - best_w) * self.pool_epoch_s > self.reconfigure_cost_s * best_w):
+            self.groups = best
+        return self.groups
