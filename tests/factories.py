@@ -64,6 +64,13 @@ def quick_config(config: dict[str, Any]) -> None:
     ]
     for pool in app["args"]["pools"]:
         pool["autoscaling"]["max_replicas"] = 3
-        # Shipped at 0 so the one controller may fold a pool; the utilisation policy would
-        # empty an idle pool instead, and each test's first request would wait for a replica.
+    # The utilisation policy would empty an idle pool, and a test's next request wait for a replica.
+    keep_every_pool(config)
+
+
+def keep_every_pool(config: dict[str, Any]) -> None:
+    """Every pool keeps a replica: the shipped short and medium pools have min_replicas 0 so
+    that the one controller may fold them at low load, which a test of other behaviour
+    (admin calls on pool-short, replica counts) must not meet half-way through."""
+    for pool in config["applications"][0]["args"]["pools"]:
         pool["autoscaling"]["min_replicas"] = max(pool["autoscaling"].get("min_replicas", 1), 1)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from app.config import hash_key
+from tests.factories import keep_every_pool
 from tests.live_app import wait_for
 from wattwise.local_serve import LocalServe
 
@@ -36,6 +37,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
         args["batch_api"] = {"enabled": False}
         # Two ingress replicas: operator settings must reach both, whichever one took the call.
         config["applications"][0].setdefault("deployments", []).append({"name": "Ingress", "num_replicas": 2})
+        keep_every_pool(config)  # the admin calls below act on pool-short
 
     with LocalServe(edit=edit) as local:
         yield local

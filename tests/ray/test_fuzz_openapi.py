@@ -23,6 +23,7 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 
 from app.config import hash_key
+from tests.factories import keep_every_pool
 from wattwise.local_serve import LocalServe
 
 KEY = "sk-fuzz-tenant-91ab"
@@ -40,6 +41,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
         args["api_keys"] = [{"sha256": hash_key(KEY), "tenant": "fuzz"}]
         args["default_max_tokens"] = 8
         args["batch_api"] = {"db_path": str(db)}
+        keep_every_pool(config)
 
     with LocalServe(edit=edit) as local:
         yield local
