@@ -119,6 +119,9 @@ def test_client_disconnect_frees_the_request_in_vllm(served: LocalServe) -> None
 
 
 def test_batch_limit_holds_and_stats_move_under_load(served: LocalServe) -> None:
+    """Waves of 6 requests against a batch limit of 2, sampled until a sample catches the
+    batch full with requests queued behind it: on a busy machine one stats call may take
+    as long as a whole wave, so no single wave is sure to be caught mid-way."""
     client = _client(served)
     finished: list[str] = []
 
@@ -127,19 +130,22 @@ def test_batch_limit_holds_and_stats_move_under_load(served: LocalServe) -> None
         finished.append(resp.choices[0].finish_reason)
 
     _replica_stats()  # the driver's first call to the replica is slow: not while sampling
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
-    for t in threads:
-        t.start()
-    samples = []
-    while any(t.is_alive() for t in threads):
-        samples.append(_replica_stats())
-        time.sleep(0.1)
-    for t in threads:
-        t.join()
-    assert finished == ["length"] * 6
+    samples: list[dict[str, float]] = []
+    waves = 0
+    deadline = time.monotonic() + 300
+    while not any(s["running_requests"] == BATCH_LIMIT and s["queued_requests"] >= 2 for s in samples):
+        assert time.monotonic() < deadline, f"no sample caught a full batch with a queue in {waves} waves: {samples}"
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            samples.append(_replica_stats())
+            time.sleep(0.1)
+        for t in threads:
+            t.join()
+        waves += 1
+    assert finished == ["length"] * 6 * waves
     assert all(s["running_requests"] <= BATCH_LIMIT and s["batch_limit"] == BATCH_LIMIT for s in samples)
-    assert max(s["running_requests"] for s in samples) == BATCH_LIMIT
-    assert max(s["queued_requests"] for s in samples) >= 2
     assert max(s["kv_blocks_used"] for s in samples) > 0
     after = _replica_stats()
     assert after["tokens_per_s"] > 0 and after["itl_ewma_s"] > 0 and after["completed_requests"] >= 6

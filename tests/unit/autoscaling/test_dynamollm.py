@@ -42,7 +42,9 @@ def _table_profile(row: dict[int, tuple]) -> EnergyProfile:
 
 @pytest.mark.parametrize(("load", "tp", "clock"), [("low", 4, 1200), ("medium", 4, 1600), ("high", 4, 2000)])
 def test_milp_picks_the_papers_answer_on_table_ii(load: str, tp: int, clock: int) -> None:
-    choice = solve_pool(_table_profile(TABLE_II[load]), "MM", 1.0, gpus=8, slo=LOOSE, headroom=1.0)
+    # A generous time limit: CBC is a subprocess, which a busy machine may start late; the
+    # answer is what is under test here, the solve time is `wattwise bench dynamollm`'s.
+    choice = solve_pool(_table_profile(TABLE_II[load]), "MM", 1.0, gpus=8, slo=LOOSE, headroom=1.0, time_limit_s=60.0)
     assert (choice.tensor_parallel, choice.clock_mhz, choice.instances) == (tp, clock, 1)
     assert choice.solver == "milp"
 
