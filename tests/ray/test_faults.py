@@ -46,7 +46,7 @@ def _fault_config(config: dict[str, Any]) -> None:
     app["args"]["ingress_replicas"] = 1  # /admin/requests counts what the answering ingress replica saw
     for pool in app["args"]["pools"]:
         if pool["name"] == "short":
-            pool["autoscaling"].update({"min_replicas": 2, "max_replicas": 3})
+            pool["autoscaling"].update({"min_replicas": 2, "initial_replicas": 2, "max_replicas": 3})
         elif pool["name"] == "medium":
             pool["autoscaling"].update({"min_replicas": 1, "max_replicas": 1})
             pool["engine"].update({"batch_limit": 1, "max_waiting_requests": 1})
