@@ -121,33 +121,38 @@ class WattwisePolicy:
         return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
 
     def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float]]:
-        """Cluster-wide interactive and batch arrival rates per length class, wherever the
+        """Cluster-wide arrival rates per length class, all and batch only, wherever the
         routing sent them (replicas report batch arrivals as one rate: each class gets the
         replica's batch share of it)."""
-        interactive: dict[str, float] = {}
+        arrivals: dict[str, float] = {}
         batch: dict[str, float] = {}
         for dep in view.deployments.values():
             for stats in dep.replica_stats:
                 total = sum(stats.class_rates_per_s.values())
                 share = min(stats.batch_rate_per_s / total, 1.0) if total > 0 else 0.0
                 for cls, r in stats.class_rates_per_s.items():
-                    interactive[cls] = interactive.get(cls, 0.0) + r * (1 - share)
+                    arrivals[cls] = arrivals.get(cls, 0.0) + r
                     batch[cls] = batch.get(cls, 0.0) + r * share
-        return interactive, batch
+        return arrivals, batch
+
+    @staticmethod
+    def _group_rates(group: PoolGroup, planned: dict[str, dict[str, float]]) -> dict[str, float]:
+        """The planned rates of every class the group's host serves."""
+        return {cls: r for member in group.members for cls, r in planned[member].items()}
 
     def _dynamollm_layer(self, view: ClusterView, now_s: float) -> ClusterPlan:
         for name in self.config.pools:
             dep = view.deployments.get(name)
             if dep is not None and dep.replica_stats:
                 self._reported.add(name)
-        interactive, batch = self._class_rates(view)
+        arrivals, batch = self._class_rates(view)
         planned: dict[str, dict[str, float]] = {}
         for name in self._order:  # each pool's own classes, wherever they run now
             if name in self._reported:
                 classes = self.config.pools[name]
-                rates = {cls: interactive.get(cls, 0.0) + batch.get(cls, 0.0) for cls in classes}
                 planned[name] = self.planner.planning_rates(
-                    name, rates, sum(batch.get(cls, 0.0) for cls in classes), now_s)
+                    name, {cls: arrivals.get(cls, 0.0) for cls in classes},
+                    sum(batch.get(cls, 0.0) for cls in classes), now_s)
         epoch = self.planner.at_epoch(now_s)
         if self._folding is not None and len(planned) == len(self._order):
             groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view), epoch)
@@ -166,7 +171,7 @@ class WattwisePolicy:
                 self.planner.forget(member)
                 held[member] = 0
                 replicas[member] = 0
-            rates = {cls: r for member in group.members for cls, r in planned[member].items()}
+            rates = self._group_rates(group, planned)
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
             ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
@@ -190,8 +195,7 @@ class WattwisePolicy:
             if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
                 return math.inf
         dep = view.deployments.get(group.host)
-        rates = {cls: r for member in group.members for cls, r in planned[member].items()}
-        shape = self.planner.cheapest(rates, self.config.cluster_gpus, dep.max_replicas if dep else None,
+        shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus, dep.max_replicas if dep else None,
                                       self.config.tensor_parallel_options.get(group.host))
         return shape.power_w if shape is not None else math.inf
 

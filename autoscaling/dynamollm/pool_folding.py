@@ -51,9 +51,6 @@ class PoolFolding:
         self.pool_epoch_s = pool_epoch_s
         self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
 
-    def host_of(self, pool: str) -> str:
-        return next(g.host for g in self.groups if pool in g.members)
-
     def choose(self, power_w: Callable[[PoolGroup], float], epoch: bool) -> tuple[PoolGroup, ...]:
         """The groups to run: on an epoch the least-power partition (`power_w` prices one
         group at its cheapest shape, inf if none carries it) if it pays; else the current."""

@@ -105,12 +105,13 @@ def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, cloc
     weighted by the class's share of U. One class alone is its own curve; a mix is not the
     sum of its classes' curves, which would charge each class a busy GPU of its own."""
     idle_w = _idle_w(profile, tp, clock_mhz)
-    shares = {cls: rate / instances / top for cls, rate in rates.items()
-              if rate > 0 and (top := profile.max_rate_per_s(cls, tp, clock_mhz)) > 0}
+    tops = {cls: top for cls, rate in rates.items()
+            if rate > 0 and (top := profile.max_rate_per_s(cls, tp, clock_mhz)) > 0}
+    shares = {cls: rates[cls] / instances / top for cls, top in tops.items()}
     utilisation = sum(shares.values())
     busy_w = 0.0
     for cls, share in shares.items():
-        at = profile.at(cls, tp, clock_mhz, min(utilisation, 1.0) * profile.max_rate_per_s(cls, tp, clock_mhz))
+        at = profile.at(cls, tp, clock_mhz, min(utilisation, 1.0) * tops[cls])
         if at is not None:
             busy_w += share / utilisation * max(at[0] - idle_w, 0.0)
     return instances * (idle_w + busy_w)
