@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from batching.step_budget import tbt_bounded_step_tokens
 from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
@@ -93,6 +94,10 @@ class BatcherConfig:
     clock_mhz: float = 1980.0
     batch_limit: int = 256
     max_batched_tokens: int = 8192
+    # Chunked prefill sized to the TBT target: each step takes at most the tokens whose
+    # step fits in this long at the replica's TP (batching.step_budget), never more than
+    # max_batched_tokens. None: every step may take max_batched_tokens.
+    step_time_target_s: float | None = None
     block_size: int = 16
     kv_capacity_tokens: int | None = None  # default: what the model leaves free at this TP
     ewma_alpha: float = 0.2
@@ -161,6 +166,7 @@ class ContinuousBatcher:
         self.batch_limit = config.batch_limit
         kv_tokens = config.kv_capacity_tokens or perf.kv_capacity_tokens(config.tensor_parallel)
         self.kv_blocks_total = max(kv_tokens // config.block_size, 1)
+        self.step_tokens = self._step_tokens(config.tensor_parallel)
         self.kv_blocks_used = 0
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -312,10 +318,18 @@ class ContinuousBatcher:
         if tp not in self.perf.fits:
             raise ValueError(f"no performance fit for TP{tp}; have {self.perf.tensor_parallel_degrees}")
         self.tensor_parallel = tp
+        self.step_tokens = self._step_tokens(tp)
         kv_tokens = self.config.kv_capacity_tokens or self.perf.kv_capacity_tokens(tp)
         self.kv_blocks_total = max(kv_tokens // self.config.block_size, 1)
         while self.kv_blocks_used > self.kv_blocks_total and self.running:
             self._preempt_newest()
+
+    def _step_tokens(self, tp: int) -> int:
+        """Tokens one step may process at TP `tp`."""
+        target = self.config.step_time_target_s
+        if target is None:
+            return self.config.max_batched_tokens
+        return tbt_bounded_step_tokens(self.perf, tp, target, self.config.max_batched_tokens)
 
     def set_batch_limit(self, limit: int) -> None:
         """New limit applies to admissions; running sequences are never evicted for it."""
@@ -398,7 +412,7 @@ class ContinuousBatcher:
                 clock = self.clamp_to_band(clock)
                 if clock != self.clock_mhz:
                     self.set_clock(clock)
-        budget = self.config.max_batched_tokens
+        budget = self.step_tokens
         chunks: list[tuple[Sequence, int]] = []
         decodes: list[Sequence] = []
         decode_context = 0

@@ -64,6 +64,10 @@ class SimEngineConfig(BaseModel):
     batch_limit: int = Field(default=256, gt=0, description="Most requests in one running batch.")
     max_batched_tokens: int = Field(default=8192, gt=0, description=(
         "Most tokens (prefill plus decode) one engine step processes."))
+    step_time_target_s: float | None = Field(default=None, gt=0, description=(
+        "Chunked prefill sized to the TBT target: a step takes at most the tokens whose step fits "
+        "in this long at the replica's TP (batching.step_budget; the one controller's replicas: the "
+        "tightest TBT target, 0.1 s). None: every step may take max_batched_tokens."))
     interactive_first: bool = Field(default=False, description=(
         "Chiron's mixed replicas: interactive requests go first and preempt batch ones."))
     squash_after_s: float | None = Field(default=60.0, gt=0, description=(
@@ -103,6 +107,7 @@ class SimEngine:
             BatcherConfig(
                 tensor_parallel=config.tensor_parallel, clock_mhz=config.clock_mhz,
                 batch_limit=config.batch_limit, max_batched_tokens=config.max_batched_tokens,
+                step_time_target_s=config.step_time_target_s,
                 interactive_first=config.interactive_first,
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
             ),

@@ -205,7 +205,10 @@ def build(
     if name == "wattwise":
         # Chiron's layer on every replica: batch work yields to interactive work.
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
-        setups = [replace(s, interactive_first=True, min_replicas=0) for s in with_throttllem(setups, config)]
+        # Each step fits the tightest TBT target of the classes (a pool may host them all).
+        step_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+        setups = [replace(s, interactive_first=True, min_replicas=0, step_time_target_s=step_s)
+                  for s in with_throttllem(setups, config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)

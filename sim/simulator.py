@@ -84,6 +84,8 @@ class PoolSetup:
     local_autoscaler: LocalAutoscalerConfig | None = None
     # Per-step token budget of its replicas (Splitwise's prompt pool: 2048); None: SimConfig's.
     max_batched_tokens: int | None = None
+    # Chunked prefill sized to the TBT target (batching.step_budget); None: a fixed budget.
+    step_time_target_s: float | None = None
     # Chiron's mixed-replica rule on a length pool: interactive requests queue ahead of
     # batch ones and preempt them ("mixed" pools always do).
     interactive_first: bool = False
@@ -361,6 +363,7 @@ class Simulator:
             tensor_parallel=r.tp, clock_mhz=pool.clock_mhz,
             batch_limit=autoscaler.limit if autoscaler is not None else pool.batch_limit or cfg.batch_limit,
             max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens,
+            step_time_target_s=pool.setup.step_time_target_s,
             interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
         ))
         if pool.setup.batcher_policies is not None:

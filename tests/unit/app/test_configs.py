@@ -108,3 +108,21 @@ def test_vllm_serve_configs_validate_and_place_replicas(name: str) -> None:
             else:
                 assert bundles[1:] == [{"GPU": 1}] * tp
                 assert deployment._replica_config.placement_group_strategy == "STRICT_PACK"
+
+
+def test_gpu_config_steps_fit_the_tbt_target_at_every_tp_a_pool_may_run() -> None:
+    """The composite's vLLM pools chunk prefill as the simulated replicas do: vLLM's
+    max_num_batched_tokens is the budget batching.step_budget gives Llama-3.1-70B on the
+    pool's GPU for the tightest TBT target, at every TP the pool may be given."""
+    from batching.step_budget import tbt_bounded_step_tokens
+    from core.classes import LengthClassConfig
+    from energy.calibration import default_perf_model
+
+    schema = ServeDeploySchema.model_validate(yaml.safe_load((ROOT / "serve_config.gpu.yaml").read_text()))
+    app = next(a for a in schema.applications if a.autoscaling_policy["policy_kwargs"]["policy"] == "wattwise")
+    lengths = LengthClassConfig()
+    for pool in AppConfig.model_validate(app.args).pools:
+        perf = default_perf_model("llama3.1-70b", pool.engine.hardware)
+        tbt_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+        for tp in pool.tensor_parallel_options or [pool.engine.tensor_parallel]:
+            assert pool.engine.max_num_batched_tokens == tbt_bounded_step_tokens(perf, tp, tbt_s, 8192), (pool.name, tp)

@@ -302,3 +302,21 @@ def test_simulator_classifies_with_the_predictors_error_by_default() -> None:
     assert (predicted != w.output_tokens).mean() > 0.5  # predictions, not the true lengths
     oracle = Simulator(w, policy, setups, SimConfig(length_prediction="oracle")).predicted
     assert np.array_equal(oracle, w.output_tokens)
+
+
+def test_both_runtimes_chunk_prefill_to_the_tightest_tbt_target() -> None:
+    """The composite's simulated replicas and the shipped app's engines bound each step by
+    the same TBT target (batching.step_budget), so a step the simulator charges is one the
+    Serve replica takes."""
+    import yaml
+
+    from app.config import AppConfig
+    from core.paths import SERVE_CONFIG
+
+    tbt_s = min(LengthClassConfig().slo(c).tbt_s for c in LengthClassConfig.names())
+    setups, _ = build("wattwise", window(load_trace("conv"), 0, 10), SimConfig())
+    assert {s.step_time_target_s for s in setups} == {tbt_s}
+    args = yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"]
+    assert {p.engine.step_time_target_s for p in AppConfig.model_validate(args).pools} == {tbt_s}
+    baseline, _ = build("singlepool", window(load_trace("conv"), 0, 10), SimConfig())
+    assert {s.step_time_target_s for s in baseline} == {None}  # a stock engine's fixed budget

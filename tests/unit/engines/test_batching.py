@@ -1,5 +1,7 @@
 """The shared continuous batcher: conservation, limits, KV and preemption, energy."""
 
+from itertools import pairwise
+
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
@@ -137,3 +139,50 @@ def test_admission_and_clock_hooks_are_consulted() -> None:
         b.add(_req(i), 0.0)
     step = b.plan_step(0.0)
     assert len(step.prefill_chunks) == 1 and b.clock_mhz == 1000.0
+
+
+def test_step_time_target_chunks_a_long_prompt_so_decoders_keep_their_tbt() -> None:
+    """With a step time target, a 3,000-token prompt arriving beside a decoding request is
+    prefilled in chunks, each step within the target, instead of one 0.2 s stall at TP2."""
+    perf = default_perf_model()
+
+    def longest_gap_s(config: BatcherConfig) -> tuple[float, int]:
+        b = ContinuousBatcher(perf, config)
+        b.add(_req(0, prompt=100, out=200), 0.0)
+        t = b.finish_step(b.plan_step(0.0)).end_s
+        b.add(_req(1, prompt=3000, out=2), t)
+        gaps, steps = [], 0
+        while b.has_work():
+            step = b.plan_step(t)
+            out = b.finish_step(step)
+            if any(s.request_id == "r0" for s in out.emitted):
+                gaps.append(out.end_s - t)
+            t, steps = out.end_s, steps + 1
+        return max(gaps), b.step_tokens
+
+    whole_gap_s, whole_tokens = longest_gap_s(BatcherConfig(tensor_parallel=2, clock_mhz=1980))
+    chunked_gap_s, chunk_tokens = longest_gap_s(
+        BatcherConfig(tensor_parallel=2, clock_mhz=1980, step_time_target_s=0.1))
+    assert whole_tokens == 8192 and whole_gap_s > 0.15
+    assert chunk_tokens < 3000 and chunked_gap_s <= 0.1
+
+
+def test_step_budget_is_the_largest_choice_that_fits_and_follows_tp() -> None:
+    from batching.step_budget import STEP_TOKEN_CHOICES, tbt_bounded_step_tokens
+
+    perf = default_perf_model()
+    top = perf.gpu.max_clock_mhz
+    budgets = {tp: tbt_bounded_step_tokens(perf, tp, 0.1, 8192) for tp in perf.tensor_parallel_degrees}
+    for tp, n in budgets.items():
+        assert perf.iteration(n, n * n, 0, 0, tp, top).time_s <= 0.1
+        bigger = STEP_TOKEN_CHOICES[STEP_TOKEN_CHOICES.index(n) + 1]
+        assert bigger > 8192 or perf.iteration(bigger, bigger * bigger, 0, 0, tp, top).time_s > 0.1
+    tps = sorted(budgets)
+    assert all(budgets[a] <= budgets[b] for a, b in pairwise(tps))  # more GPUs, bigger chunks
+    assert tbt_bounded_step_tokens(perf, tps[0], 1e-6, 8192) == STEP_TOKEN_CHOICES[0]  # prefill still progresses
+    assert tbt_bounded_step_tokens(perf, tps[-1], 10.0, 2048) == 2048  # never above the ceiling
+
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=tps[0], step_time_target_s=0.1))
+    assert b.step_tokens == budgets[tps[0]]
+    b.set_tensor_parallel(tps[-1])
+    assert b.step_tokens == budgets[tps[-1]]
