@@ -288,7 +288,7 @@ class AppConfig(BaseModel):
 
     def _resolved_engine(self, i: int, pool: PoolConfig) -> EngineConfig:
         engine = pool.engine
-        if isinstance(engine, SimEngineConfig) and engine.throttllem is not None:
+        if engine.throttllem is not None:
             engine = engine.model_copy(update={"throttllem": engine.throttllem.resolved()})
         if pool.phase is None:
             return engine
@@ -302,6 +302,9 @@ class AppConfig(BaseModel):
                 raise ValueError(f"pools[{i}].engine.model: unknown model {engine.model!r}; known: {sorted(MODELS)}")
             if engine.hardware not in GPUS:
                 raise ValueError(f"pools[{i}].engine.hardware: unknown GPU {engine.hardware!r}; known: {sorted(GPUS)}")
+            if engine.throttllem and engine.throttllem.hardware != engine.hardware:
+                raise ValueError(f"pools[{i}].engine.throttllem.hardware ({engine.throttllem.hardware!r}) must be "
+                                 f"the engine's ({engine.hardware!r}): M models the replica's GPU")
             if not isinstance(engine, SimEngineConfig):
                 continue
             if engine.profile not in (None, *PROFILE_NAMES):

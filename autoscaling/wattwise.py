@@ -6,7 +6,7 @@
 | which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin) | this policy, inside the planner's load |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
-| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains) |
+| admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
 | the tokens one engine step may prefill: chunks whose step fits the tightest TBT target | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget) | each replica's batcher (`step_time_target_s`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast | every plan |

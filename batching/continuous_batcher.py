@@ -123,11 +123,33 @@ class RequestShed(Exception):
         self.retry_after_s = retry_after_s
 
 
+class RunningBatch(Protocol):
+    """What an admission rule reads of a replica: its running sequences and capacity.
+    The batcher is one; a vLLM replica's view of what it has inside vLLM is the other
+    (engines.vllm_running_batch), so one rule serves both engines."""
+
+    @property
+    def running(self) -> list[Sequence]: ...
+    @property
+    def tensor_parallel(self) -> int: ...
+    @property
+    def batch_limit(self) -> int: ...
+    @property
+    def kv_blocks_total(self) -> int: ...
+    @property
+    def kv_blocks_used(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def clock_mhz(self) -> float: ...
+
+
 class AdmissionPolicy(Protocol):
     """Decides whether the head of the waiting queue may join the batch now (FCFS:
-    a refusal holds everyone behind it). throttLL'eM's SLO checks plug in here."""
+    a refusal holds everyone behind it). throttLL'eM's SLO checks plug in here. A rule
+    must admit into an empty batch: nothing would ever finish to make room."""
 
-    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool: ...
+    def admit(self, seq: Sequence, batch: RunningBatch, now_s: float) -> bool: ...
 
 
 class PreemptionPolicy(Protocol):
@@ -323,6 +345,10 @@ class ContinuousBatcher:
         self.kv_blocks_total = max(kv_tokens // self.config.block_size, 1)
         while self.kv_blocks_used > self.kv_blocks_total and self.running:
             self._preempt_newest()
+
+    @property
+    def block_size(self) -> int:
+        return self.config.block_size
 
     def _step_tokens(self, tp: int) -> int:
         """Tokens one step may process at TP `tp`."""

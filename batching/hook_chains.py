@@ -21,7 +21,14 @@ from collections.abc import Sequence as Members
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from batching.continuous_batcher import AdmissionPolicy, ClockPolicy, ContinuousBatcher, PreemptionPolicy, Sequence
+    from batching.continuous_batcher import (
+        AdmissionPolicy,
+        ClockPolicy,
+        ContinuousBatcher,
+        PreemptionPolicy,
+        RunningBatch,
+        Sequence,
+    )
 
 
 class AdmissionChain:
@@ -30,8 +37,8 @@ class AdmissionChain:
     def __init__(self, members: Members[AdmissionPolicy]) -> None:
         self.members = tuple(members)
 
-    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool:
-        return all(m.admit(seq, batcher, now_s) for m in self.members)
+    def admit(self, seq: Sequence, batch: RunningBatch, now_s: float) -> bool:
+        return all(m.admit(seq, batch, now_s) for m in self.members)
 
 
 class ClockChain:

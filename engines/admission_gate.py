@@ -6,22 +6,32 @@ autoscaler changes the batch limit at run time, so requests wait here until fewe
 asks for `urgent` slots for interactive requests: those wait ahead of every
 non-urgent one, and a preempted batch request re-enters with `requeue` at the front
 of the non-urgent waiters, so it resumes before batch requests that arrived after it.
+
+An `admits` rule (the batcher's admission chain: throttLL'eM's SLO projection) is asked
+about the head waiter whenever a place is free; a refusal holds everyone behind it, as
+in the batcher. It is asked again when a request leaves and at `retry()`, which the
+engine calls after each of its steps, since a projection changes as requests progress.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
+
+Waiter = tuple[asyncio.Future, Any]
 
 
 class AdmissionGate:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, admits: Callable[[Any], bool] | None = None) -> None:
         self.limit = max(int(limit), 1)
         self.active = 0
-        self._urgent: deque[asyncio.Future] = deque()
-        self._waiters: deque[asyncio.Future] = deque()
+        self.admits = admits
+        self.refused = 0  # times the rule held the head waiter back
+        self._urgent: deque[Waiter] = deque()
+        self._waiters: deque[Waiter] = deque()
 
     @property
     def waiting(self) -> int:
@@ -41,36 +51,53 @@ class AdmissionGate:
         self.limit = max(int(limit), 1)
         self._wake()
 
+    def retry(self) -> None:
+        """Ask the rule again about the head waiter (its inputs changed: a step ran)."""
+        self._wake()
+
+    def _passes(self, candidate: Any) -> bool:
+        if self.admits is None or self.admits(candidate):
+            return True
+        self.refused += 1
+        return False
+
     def _wake(self) -> None:
         while self.active < self.limit and (self._urgent or self._waiters):
-            waiter = (self._urgent or self._waiters).popleft()
-            if not waiter.done():
-                self.active += 1
-                waiter.set_result(None)
+            queue = self._urgent or self._waiters
+            waiter, candidate = queue[0]
+            if waiter.done():  # cancelled while waiting
+                queue.popleft()
+                continue
+            if not self._passes(candidate):
+                return
+            queue.popleft()
+            self.active += 1
+            waiter.set_result(None)
 
     @asynccontextmanager
-    async def slot(self, urgent: bool = False, requeue: bool = False) -> AsyncIterator[None]:
+    async def slot(self, urgent: bool = False, requeue: bool = False, candidate: Any = None) -> AsyncIterator[None]:
         """Hold one of `limit` places for the body; cancellation while waiting leaves none held.
 
         `urgent` waits ahead of all non-urgent waiters; `requeue` (non-urgent only) waits
-        first among them. Both stay FCFS within their group."""
-        if not self.would_wait:
+        first among them. Both stay FCFS within their group. `candidate` is what the
+        `admits` rule is asked about."""
+        if not self.would_wait and self._passes(candidate):
             self.active += 1
         else:
-            waiter = asyncio.get_running_loop().create_future()
+            entry = (asyncio.get_running_loop().create_future(), candidate)
             queue = self._urgent if urgent else self._waiters
             if requeue and not urgent:
-                queue.appendleft(waiter)
+                queue.appendleft(entry)
             else:
-                queue.append(waiter)
+                queue.append(entry)
             try:
-                await waiter
+                await entry[0]
             except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
+                if entry[0].done() and not entry[0].cancelled():
                     self.active -= 1  # admitted and cancelled in the same tick
                     self._wake()
-                elif waiter in queue:
-                    queue.remove(waiter)
+                elif entry in queue:
+                    queue.remove(entry)
                 raise
         try:
             yield

@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from autoscaling.throttllem.config import ThrottllemConfig
+
 
 class KvTransferConfig(BaseModel):
     """Which vLLM KV connector the replica runs, and its side of the KV hand-off.
@@ -118,6 +120,12 @@ class VllmEngineConfig(BaseModel):
         "With interactive_first and no kv_transfer: a preempted request's KV is kept "
         "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "
         "resume; False recomputes it."))
+    throttllem: ThrottllemConfig | None = Field(default=None, description=(
+        "throttLL'eM's admission control at the replica's admission gate: the rule the simulated "
+        "replicas run, its performance model M built for `throttllem.model` on this `hardware`. "
+        "vLLM has no per-step clock hook (the replica runs at the plan's clock band floor), and M's "
+        "online correction is off (the gate sees steps only while a request waits). None: the "
+        "batch limit alone."))
 
     @field_validator("model", "tokenizer")
     @classmethod

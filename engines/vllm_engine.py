@@ -1,7 +1,8 @@
 """The real engine: vLLM's AsyncLLM behind the engine protocol.
 
 vLLM schedules, batches and pages KV; this class adds what our policies need around
-it: an admission gate whose limit changes at run time (Chiron), stats read from
+it: an admission gate whose limit changes at run time (Chiron) and which runs the
+simulated replicas' admission chain (throttLL'eM), stats read from
 vLLM's own stat loggers, per-request energy from NVML, and abort on client
 disconnect. `vllm` is imported only here and only when an engine is built, so the
 rest of the project runs without it.
@@ -21,9 +22,13 @@ from typing import Any
 
 import psutil
 
+from autoscaling.throttllem.replica_policies import replica_policies
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, Sequence
+from batching.hook_chains import chain_admission
 from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
+from energy.calibration import default_perf_model
 from engines.admission_gate import AdmissionGate
 from engines.child_reaper import new_children, watch_children
 from engines.kv_block_files import BlockFiles, block_keys
@@ -32,6 +37,7 @@ from engines.token_energy import TokenEnergyMeter
 from engines.vllm_config import KvTransferConfig, VllmEngineConfig
 from engines.vllm_placement import held_gpu_ids
 from engines.vllm_resume import Continuation
+from engines.vllm_running_batch import VllmRunningBatch
 from engines.vllm_stats import VllmStatsTracker
 
 logger = logging.getLogger(__name__)
@@ -124,7 +130,12 @@ class VllmEngine:
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
-        self.gate = AdmissionGate(config.batch_limit)
+        self.running_batch = VllmRunningBatch(config.tensor_parallel, vllm_config.cache_config.block_size,
+                                              self.tracker.snapshot, config.batch_limit)
+        self.admission = self._admission_chain()
+        self.gate = AdmissionGate(config.batch_limit, None if self.admission is None else self._admits)
+        if self.admission is not None:
+            self.tracker.step_observers.append(lambda _step: self.gate.retry())
         self.energy = TokenEnergyMeter.open(self.gpu_ids, lambda: self.tracker.snapshot.processed_tokens)
         self._energy_start_j = self.energy.total_j()
         self._clock_mhz = 0.0
@@ -136,6 +147,23 @@ class VllmEngine:
         self._preempting: set[str] = set()  # admitted batch requests being preempted
         self._vllm_ids: dict[str, str] = {}  # request id -> id of its current vLLM request
         self._aborts: set[asyncio.Task] = set()
+
+    def _admission_chain(self) -> AdmissionPolicy | None:
+        """The admission rules the simulated replicas of this config run (batching.hook_chains)."""
+        throttllem = self.config.throttllem
+        if throttllem is None:
+            return None
+        throttllem = throttllem.model_copy(update={"correction_alpha": 0.0})
+        perf = default_perf_model(throttllem.model, self.config.hardware, throttllem.profile)
+        batch = self.running_batch
+        shape = BatcherConfig(tensor_parallel=batch.tensor_parallel, batch_limit=batch.batch_limit,
+                              block_size=batch.block_size, kv_capacity_tokens=batch.kv_blocks_total * batch.block_size)
+        admission, _clock = replica_policies(perf, shape, throttllem)  # no per-step clock hook in vLLM
+        return chain_admission([admission])
+
+    def _admits(self, candidate: Sequence) -> bool:
+        assert self.admission is not None
+        return self.admission.admit(candidate, self.running_batch, time.time())
 
     # ---- protocol: tokens, stats, knobs ------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -177,6 +205,7 @@ class VllmEngine:
 
     def set_batch_limit(self, limit: int) -> None:
         self.gate.set_limit(min(limit, self.config.max_num_seqs))
+        self.running_batch.batch_limit = self.gate.limit
 
     def set_clock(self, clock_mhz: float) -> None:
         """Clocks are locked by the node's GPU-control actor, which the replica calls for
@@ -185,6 +214,7 @@ class VllmEngine:
             logger.info("vLLM on CPU: GPU clock %.0f MHz not applicable, ignored", clock_mhz)
             return
         self._clock_mhz = clock_mhz
+        self.running_batch.clock_mhz = clock_mhz
 
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
         """vLLM has no per-step clock hook here: it runs at the band's floor."""
@@ -218,11 +248,14 @@ class VllmEngine:
             while True:
                 if urgent and self.gate.would_wait:
                     self._preempt_for_waiter()
-                async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0):
+                candidate = self.running_batch.candidate(request, time.time(), run.generated)
+                async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate):
                     self._admitted[rid] = request
+                    self.running_batch.enter(candidate)
                     async for chunk in self._segment(run, mark):
                         yield chunk
                     self._admitted.pop(rid, None)
+                    self.running_batch.leave(rid)
                     if rid not in self._preempting:
                         return
                     self._preempting.discard(rid)
@@ -231,6 +264,7 @@ class VllmEngine:
         finally:
             self._pending.pop(rid, None)
             self._admitted.pop(rid, None)
+            self.running_batch.leave(rid)
             self._preempting.discard(rid)
 
     def _preempt_for_waiter(self) -> None:
@@ -266,6 +300,7 @@ class VllmEngine:
                 completion = out.outputs[0]
                 n = run.add(out, now)
                 self._pending[rid] = [0, run.remaining]
+                self.running_batch.advance(rid, run.generated)
                 finished = out.finished
                 if out.finished and completion.finish_reason != "abort":
                     self._completed += 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 
 from autoscaling.splitwise.config import MachineConfig
-from batching.continuous_batcher import ContinuousBatcher, Sequence
+from batching.continuous_batcher import ContinuousBatcher, RunningBatch, Sequence
 from core.roles import Phase
 
 
@@ -21,11 +21,11 @@ class KvHeadroomAdmission:
     def __init__(self, headroom: float) -> None:
         self.headroom = headroom
 
-    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool:
-        if not batcher.running:
+    def admit(self, seq: Sequence, batch: RunningBatch, now_s: float) -> bool:
+        if not batch.running:
             return True  # an empty replica always takes work, or a long request would wait forever
-        need = math.ceil((seq.context_tokens + 1) / batcher.config.block_size)
-        return batcher.kv_blocks_used + need <= (1.0 - self.headroom) * batcher.kv_blocks_total
+        need = math.ceil((seq.context_tokens + 1) / batch.block_size)
+        return batch.kv_blocks_used + need <= (1.0 - self.headroom) * batch.kv_blocks_total
 
 
 class AgingPreemption:

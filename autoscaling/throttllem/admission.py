@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from autoscaling.throttllem.projector import ReplicaProjector
 from autoscaling.throttllem.slo_checks import kv_fits
-from batching.continuous_batcher import ContinuousBatcher, Sequence
+from batching.continuous_batcher import RunningBatch, Sequence
 
 
 class ThrottllemAdmission:
@@ -22,9 +22,9 @@ class ThrottllemAdmission:
         self.refused = 0
         self.admitted_lost = 0
 
-    def admit(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> bool:
+    def admit(self, seq: Sequence, batch: RunningBatch, now_s: float) -> bool:
         p = self.projector
-        p.sync(batcher, now_s)
+        p.sync(batch, now_s)
         board = p.scoreboard
         tokens = p.projected_tokens(seq)
         empty = len(board) == 0

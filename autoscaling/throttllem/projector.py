@@ -23,7 +23,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection, Scoreboard
 from autoscaling.throttllem.slo_checks import Verdict, check
-from batching.continuous_batcher import ContinuousBatcher, Sequence
+from batching.continuous_batcher import RunningBatch, Sequence
 
 
 class ReplicaProjector:
@@ -61,7 +61,7 @@ class ReplicaProjector:
             return request.arrival_s + request.slo.e2e_for(tokens)
         return request.deadline_s
 
-    def sync(self, batcher: ContinuousBatcher, now_s: float) -> None:
+    def sync(self, batcher: RunningBatch, now_s: float) -> None:
         """Re-read the running batch once per step (a step is known by its start time)."""
         if self._synced_s == now_s:
             return
@@ -89,7 +89,7 @@ class ReplicaProjector:
                 self.changed = True
         self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
 
-    def _learn(self, batcher: ContinuousBatcher, now_s: float) -> None:
+    def _learn(self, batcher: RunningBatch, now_s: float) -> None:
         """Fold the step that just ended into `correction`, predicted on the scoreboard as
         it ran (the requests admitted into it included). Only a step followed at once by
         the next (a request ran through both) is timed: otherwise the gap holds idle time.

@@ -79,3 +79,30 @@ def test_cancelled_waiter_holds_no_place_and_limit_changes_admit() -> None:
         assert gate.active == 0 and not gate.would_wait
 
     asyncio.run(run())
+
+
+def test_a_refusing_rule_holds_the_head_and_everyone_behind_until_retried() -> None:
+    """The admission chain at the gate: a place is free, but the rule refuses the head
+    waiter, so it and those behind it wait; after the rule's inputs change, `retry`
+    admits them in order, and a request leaving asks the rule again too."""
+    allowed = {"a"}
+    gate = AdmissionGate(4, admits=lambda name: name in allowed)
+
+    async def run() -> tuple[list[str], list[str], list[str], int]:
+        order: list[str] = []
+        release = asyncio.Event()
+        tasks = [asyncio.ensure_future(_enter(gate, n, order, release, candidate=n)) for n in ("a", "b", "c")]
+        await _settle()
+        first = list(order)
+        allowed.update({"b"})  # "c" still refused: it waits, though a place is free
+        gate.retry()
+        await _settle()
+        second = list(order)
+        allowed.add("c")
+        release.set()  # "a" and "b" leave: their release asks the rule again
+        await asyncio.gather(*tasks)
+        return first, second, order, gate.refused
+
+    first, second, order, refused = asyncio.run(run())
+    assert first == ["a"] and second == ["a", "b"] and order == ["a", "b", "c"]
+    assert refused >= 2 and gate.active == 0 and gate.waiting == 0

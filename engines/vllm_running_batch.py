@@ -1,0 +1,55 @@
+"""A vLLM replica's running batch as the admission rules read it (batching's RunningBatch).
+
+vLLM schedules its own batch; what our rules need is the set of requests we let past
+the admission gate, how far each has generated, and the engine's KV capacity. That is
+what this view keeps: a Sequence per admitted request, advanced as its tokens stream
+out, and vLLM's block counts from its stat loggers. It lets throttLL'eM's admission
+(the same object the simulated replicas run) decide for a vLLM replica.
+"""
+
+from __future__ import annotations
+
+from batching.continuous_batcher import Sequence
+from core.request import Request
+from engines.vllm_stats import VllmStatsSnapshot
+
+
+class VllmRunningBatch:
+    def __init__(self, tensor_parallel: int, block_size: int, snapshot: VllmStatsSnapshot,
+                 batch_limit: int) -> None:
+        self.tensor_parallel = tensor_parallel
+        self.block_size = block_size
+        self.batch_limit = batch_limit
+        self.clock_mhz = 0.0  # the clock the node's GPU-control actor set; 0 until one is
+        self._snapshot = snapshot
+        self._sequences: dict[str, Sequence] = {}
+
+    @property
+    def running(self) -> list[Sequence]:
+        """Admitted requests, oldest first."""
+        return list(self._sequences.values())
+
+    @property
+    def kv_blocks_total(self) -> int:
+        return self._snapshot.kv_blocks_total
+
+    @property
+    def kv_blocks_used(self) -> int:
+        return round(self._snapshot.kv_usage * self._snapshot.kv_blocks_total) if self._sequences else 0
+
+    @staticmethod
+    def candidate(request: Request, now_s: float, generated: int = 0) -> Sequence:
+        """The Sequence a waiting request is judged as (`generated`: resumed after a preemption)."""
+        seq = Sequence(request, now_s)
+        seq.generated = generated
+        return seq
+
+    def enter(self, seq: Sequence) -> None:
+        self._sequences[seq.request_id] = seq
+
+    def advance(self, request_id: str, generated: int) -> None:
+        if (seq := self._sequences.get(request_id)) is not None:
+            seq.generated = generated
+
+    def leave(self, request_id: str) -> None:
+        self._sequences.pop(request_id, None)
