@@ -5,7 +5,9 @@
 
 Workloads: (a) the Azure conversation trace, 1 h, and its second half alone
 ("conv-heldout"); (b) the coding trace, 1 h, and its second half alone ("code-heldout");
-(c) the conversation trace with 30% of requests in the batch service class (1 h deadlines);
+(c) the conversation trace with 30% of requests in the batch service class (1 h deadlines),
+and its held-out half with a Batch API job of 3,000 requests landing at once 5 min in
+("batch-dump", Chiron's W_B on top of interactive traffic);
 (d) a diurnal synthetic day (2 req/s on average, 10x peak to trough, conversation lengths).
 The composite's planner settings (headrooms, margins, windows) were chosen on the
 conversation trace's first half (t < 1800 s), its bursty-pool rule (`bursty_cv`,
@@ -39,7 +41,7 @@ from sim.metrics import summarise
 from sim.oracle import oracle_energy
 from sim.scenario import SIMULATORS, SPECS, build
 from sim.simulator import Simulator
-from sim.workload import Workload, diurnal, fit_context, load_trace, window, with_batch_fraction
+from sim.workload import Workload, batch_dump, diurnal, fit_context, load_trace, window, with_batch_fraction
 
 COMPOSITE = "wattwise"
 BASELINES = ("singlepool", "multipool", "scaleinst", "scaleshard", "scalefreq", "static-max-clock", "llumnix")
@@ -63,6 +65,8 @@ def workload(name: str, diurnal_hours: float, seed: int, diurnal_rate: float = 2
         w = window(load_trace("code"), 1800.0, 1800.0)
     elif name == "batch-mix":
         w = with_batch_fraction(conv, 0.3, rng)
+    elif name == "batch-dump":
+        w = batch_dump(window(conv, 1800.0, 1800.0), 3000, 300.0, rng)
     elif name == "diurnal":
         w = diurnal(diurnal_rate, diurnal_hours, 10.0, rng, conv)
     else:
@@ -224,7 +228,7 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, name: str) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="wattwise bench wattwise", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workloads", default="conv,conv-heldout,code,code-heldout,batch-mix,diurnal")
+    p.add_argument("--workloads", default="conv,conv-heldout,code,code-heldout,batch-mix,batch-dump,diurnal")
     p.add_argument("--policies", default=None, help=(
         "comma-separated subset (default: all, the day: a subset); singlepool always runs, every ratio is to it"))
     p.add_argument("--diurnal-hours", type=float, default=24.0)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.config import BatchApiConfig
 from core.overheads import OverheadTable
 
 
@@ -29,6 +30,11 @@ class SimConfig(BaseModel):
     batch_limit: int = Field(default=256, gt=0, description="Most requests in one replica's running batch.")
     max_batched_tokens: int = Field(default=8192, gt=0, description=(
         "Most tokens (prefill plus decode) one engine step processes."))
+    batch_in_flight: int | None = Field(default=BatchApiConfig().max_in_flight, gt=0, description=(
+        "Batch requests on length pools wait in the app's global batch queue (Serve: the Batch "
+        "API's durable queue, deadline first), at most this many in flight on the pools "
+        "(batch_api.max_in_flight, the same default); None: each goes to its pool on arrival. "
+        "Chiron's replica kinds keep their own queue, drained into replicas with room."))
     drain_limit_s: float = Field(default=3600.0, ge=0, description=(
         "After the last arrival, requests still in flight get this long (s) to finish."))
     provision_window_s: float = Field(default=60.0, gt=0, description=(

@@ -147,6 +147,10 @@ class Simulator:
         self.router = WeightedRouter()
         self.kinds = {p.kind: self.pools[p.name] for p in pools if p.kind}
         self.batch_queue: deque[Request] = deque()
+        # Length pools: batch requests wait in the app's global queue (request, pool named by
+        # the classifier), at most `config.batch_in_flight` of them out on the pools.
+        self.batch_backlog: deque[tuple[Request, str]] = deque()
+        self.batch_out: set[str] = set()
         self.preempted: dict[str, Sequence] = {}  # batch requests back in the queue, with their tokens
         self.output_lengths = OutputLengthStats()
         self.on_progress = on_progress
@@ -241,9 +245,31 @@ class Simulator:
         if self.kinds:
             self._arrive_by_kind(i, request, now)
             return
+        if request.service_class == "batch" and self.config.batch_in_flight is not None:
+            self.batch_backlog.append((request, pool_name))
+            self._release_batch(now)
+            return
+        self._route(request, pool_name, now)
+
+    def _route(self, request: Request, pool_name: str, now: float) -> None:
         pool = self.pools[self.router.pick(request.length_class, pool_name)]
-        log.pool[i] = pool.index
+        self.log.pool[int(request.request_id)] = pool.index
         self._dispatch(pool, request, now)
+
+    def _release_batch(self, now: float) -> None:
+        """Send queued batch requests (deadline order: they share a target, so arrival order)
+        to their pools while fewer than `batch_in_flight` are out."""
+        limit = self.config.batch_in_flight
+        while self.batch_backlog and limit is not None and len(self.batch_out) < limit:
+            request, pool_name = self.batch_backlog.popleft()
+            self.batch_out.add(request.request_id)
+            self._route(request, pool_name, now)
+
+    def _batch_returned(self, request_id: str, now: float) -> None:
+        """A queued batch request is out no more (finished or refused): the next may go."""
+        if request_id in self.batch_out:
+            self.batch_out.discard(request_id)
+            self._release_batch(now)
 
     def _arrive_by_kind(self, i: int, request: Request, now: float) -> None:
         """Chiron: interactive to its own pool while it has room, else to mixed; batch to
@@ -295,7 +321,7 @@ class Simulator:
             else:  # resumes from its tokens: their KV is recomputed, none is emitted twice
                 best.ready_batcher.resume(request, prior, now, kv_present=False)
         except ValueError:  # larger than the replica's whole KV cache
-            self._reject(int(request.request_id))
+            self._reject(int(request.request_id), now)
             return
         self._kick(best, now)
 
@@ -333,6 +359,7 @@ class Simulator:
         self.log.finish(int(seq.request.request_id), seq)
         if seq.request.service_class == "batch":
             self.output_lengths.observe(seq.generated)
+            self._batch_returned(seq.request_id, now)
         self.unfinished -= 1
 
     # ---- replicas --------------------------------------------------------------
@@ -433,15 +460,16 @@ class Simulator:
             for r in pool.replicas:
                 if r.batcher is not None:
                     for seq in r.batcher.squash_waiting(now, max_wait_s):
-                        self._reject(int(seq.request_id))
+                        self._reject(int(seq.request_id), now)
             waited = [q for q in pool.outside if now - q.arrival_s > max(max_wait_s, q.slo.ttft_s)]
             for q in waited:
                 pool.outside.remove(q)
-                self._reject(int(q.request_id))
+                self._reject(int(q.request_id), now)
 
-    def _reject(self, i: int) -> None:
+    def _reject(self, i: int, now: float) -> None:
         self.log.rejected[i] = True
         self.unfinished -= 1
+        self._batch_returned(str(i), now)
 
     def _apply(self, plan: ClusterPlan, now: float) -> None:
         if plan.routing_weights:

@@ -99,7 +99,7 @@ class SplitwiseSimulator(Simulator):
         try:
             prompt_replica.ready_batcher.add(prompt_phase, now)
         except ValueError:  # larger than the replica's whole KV cache
-            self._reject(i)
+            self._reject(i, now)
             self._token_phase.pop(request.request_id)
             self.scheduler.finished(assignment.prompt.replica_id, PROMPT)
             self.scheduler.finished(assignment.token.replica_id, TOKEN)

@@ -142,3 +142,30 @@ def test_chiron_returns_preempted_batch_requests_to_the_global_queue():
     assert raw.log.done.all() and not raw.log.rejected.any()
     assert (raw.log.output_tokens == w.output_tokens).all()
     assert raw.log.preemptions[~w.interactive].sum() > 0  # the path was exercised
+
+
+class _CountingBatch(Simulator):
+    """Records the most batch requests inside the replicas at once."""
+
+    peak_batch = 0
+
+    def _dispatch(self, pool, request, now):
+        super()._dispatch(pool, request, now)
+        inside = sum(1 for r in self.all_replicas if r.batcher is not None
+                     for seq in r.batcher.by_id.values() if seq.request.service_class == "batch")
+        self.peak_batch = max(self.peak_batch, inside)
+
+
+def test_batch_requests_on_length_pools_wait_in_the_global_queue_with_a_bounded_number_out():
+    """As the Serve app's Batch API queue does: a job of 200 requests landing at once goes
+    out to the pools at most `batch_in_flight` at a time, and every request completes;
+    without the bound they all go at once."""
+    from sim.workload import batch_dump
+
+    w = batch_dump(small(rate=1.0, duration_s=30.0), 200, 5.0, np.random.default_rng(3))
+    pools, policy = one_pool(1)
+    bounded = _CountingBatch(w, policy, pools, SimConfig(batch_in_flight=8))
+    assert bounded.run().log.done.all()
+    assert bounded.peak_batch == 8 and not bounded.batch_backlog and not bounded.batch_out
+    unbounded = _CountingBatch(w, policy, pools, SimConfig(batch_in_flight=None))
+    assert unbounded.run().log.done.all() and unbounded.peak_batch == 200
