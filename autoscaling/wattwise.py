@@ -9,7 +9,7 @@
 | admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
 | the tokens one engine step may prefill: chunks whose step fits the tightest TBT target | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget) | each replica's batcher (`step_time_target_s`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
-| catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast | every plan |
+| catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
 by two layers; the clock is never a plan entry here (only its band), so the replicas'
@@ -181,12 +181,22 @@ class WattwisePolicy:
                                       tps=self.config.tensor_parallel_options.get(host))
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
-            band[host] = (shape.clock_mhz, self.max_clock_mhz)
+            band[host] = (self._clock_floor(dep, shape, rates), self.max_clock_mhz)
             for cls in rates:
                 routing[cls] = {host: 1.0}
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
+
+    def _clock_floor(self, dep: DeploymentView | None, shape: PoolShape, rates: dict[str, float]) -> int:
+        """The planned clock, unless instances are on their way: until they are ready, the
+        replicas already serving carry the planned load, at the clock that needs (the top one
+        if they cannot). A floor planned for the full count would leave them at a low clock
+        with a queue growing (throttLL'eM's per-step search weighs admitted requests only)."""
+        running = self._running(dep)
+        if dep is None or running is None or dep.current_replicas >= shape.instances:
+            return shape.clock_mhz
+        return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas))
 
     def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView) -> float:
         """Watts of the cheapest shape that carries the group's planned load on its host;

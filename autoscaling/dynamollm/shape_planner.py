@@ -206,6 +206,18 @@ class PoolShapePlanner:
         return cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
                               ttft_headroom=cfg.ttft_headroom, max_instances=max_instances, tps=tps)
 
+    def clock_for(self, planned: dict[str, float], tp: int, instances: int) -> int:
+        """The lowest clock at which `instances` replicas at TP `tp` carry `planned` within the
+        planning SLOs; the top clock when none does (short of capacity: run flat out)."""
+        cfg = self.config
+        if tp in self.profile.tensor_parallel_degrees:
+            for clock in sorted(self.profile.clocks_mhz):
+                need = needed_instances(self.profile, planned, tp, clock, self.lengths, cfg.headroom,
+                                        cfg.ttft_headroom)
+                if need is not None and need <= instances + 1e-9:
+                    return clock
+        return self.max_clock_mhz
+
     def forget(self, pool: str) -> None:
         """A pool given back (folded into another): planned afresh if it serves again."""
         self._shape.pop(pool, None)

@@ -236,6 +236,25 @@ def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_n
     assert running == forecast + 1
 
 
+def test_while_instances_start_the_serving_replicas_run_at_the_clock_the_load_needs(profile) -> None:
+    """A plan for more instances than are ready: the clock band's floor is what the ready
+    replicas need to carry the load meanwhile (here: all they have), and the planned clock
+    once the new instances serve."""
+    config = WattwiseConfig(pools=POOLS, fold_pools=False, tensor_parallel_options={"pool-short": [8]})
+    policy = WattwisePolicy(config, profile=profile)
+    rates = {"SS": 80.0}
+    short = policy.observe(_view(rates, replicas=1), 0.0)
+    planned = short.replicas["pool-short"]
+    top = max(profile.clocks_mhz)
+    assert planned > 1 and short.clock_band_mhz["pool-short"] == (top, top)
+    each = {cls: rate / planned for cls, rate in rates.items()}  # replicas report their own arrivals
+    served = policy.observe(_view(each, replicas=planned), policy.config.plan_interval_s)
+    assert served.replicas["pool-short"] == planned
+    floor, ceiling = served.clock_band_mhz["pool-short"]
+    assert floor < top == ceiling
+    assert floor == policy.planner.shape("pool-short").clock_mhz  # the planned clock again
+
+
 def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it(profile) -> None:
     """On/off traffic (the code trace: bursts of ~30 req/s minutes apart) is planned at the
     peak of the last `bursty_lookback_s`, so the next burst finds the instances the last one
