@@ -140,7 +140,6 @@ class VllmEngine:
         self._energy_start_j = self.energy.total_j()
         self._clock_mhz = 0.0
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
-        self._admitted: dict[str, Request] = {}  # inside vLLM (past the gate)
         self._arrivals = ArrivalRates()
         self._completed = 0
         self._preemptions = 0  # ours (Chiron); vLLM's own are in the tracker
@@ -196,12 +195,12 @@ class VllmEngine:
             class_rates_per_s=self._arrivals.per_s(now),
             batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
-            interactive_running=sum(1 for r in self._admitted.values() if r.service_class == "interactive"),
+            interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
         )
 
     def min_tbt_slo_s(self) -> float | None:
         """The tightest TBT target among admitted requests (Chiron's ITL SLO of a replica)."""
-        return min((r.slo.tbt_s for r in self._admitted.values()), default=None)
+        return min((s.request.slo.tbt_s for s in self.running_batch.running), default=None)
 
     def set_batch_limit(self, limit: int) -> None:
         self.gate.set_limit(min(limit, self.config.max_num_seqs))
@@ -250,11 +249,9 @@ class VllmEngine:
                     self._preempt_for_waiter()
                 candidate = self.running_batch.candidate(request, time.time(), run.generated)
                 async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate):
-                    self._admitted[rid] = request
                     self.running_batch.enter(candidate)
                     async for chunk in self._segment(run, mark):
                         yield chunk
-                    self._admitted.pop(rid, None)
                     self.running_batch.leave(rid)
                     if rid not in self._preempting:
                         return
@@ -263,7 +260,6 @@ class VllmEngine:
                     self._preemptions += 1
         finally:
             self._pending.pop(rid, None)
-            self._admitted.pop(rid, None)
             self.running_batch.leave(rid)
             self._preempting.discard(rid)
 
@@ -272,8 +268,8 @@ class VllmEngine:
         freed by preemptions cover every interactive waiter (this one included)."""
         if self.gate.urgent_waiting + 1 <= len(self._preempting):
             return
-        victims = [rid for rid, r in self._admitted.items()
-                   if r.service_class == "batch" and rid not in self._preempting]
+        victims = [s.request_id for s in self.running_batch.running
+                   if s.request.service_class == "batch" and s.request_id not in self._preempting]
         if victims:
             self._preempting.add(victims[-1])
             if (vllm_id := self._vllm_ids.get(victims[-1])) is not None:  # else it stops before starting
