@@ -176,24 +176,25 @@ class WattwisePolicy:
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
             ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
-            shape = self.planner.plan(host, rates, free, backlog_instances, self._running(dep), now_s, late=late,
+            running = self._running(dep)
+            shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self.config.tensor_parallel_options.get(host))
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
-            band[host] = (self._clock_floor(dep, shape, rates), self.max_clock_mhz)
+            band[host] = (self._clock_floor(dep, running, shape, rates), self.max_clock_mhz)
             for cls in rates:
                 routing[cls] = {host: 1.0}
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
 
-    def _clock_floor(self, dep: DeploymentView | None, shape: PoolShape, rates: dict[str, float]) -> int:
+    def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
+                     rates: dict[str, float]) -> int:
         """The planned clock, unless instances are on their way: until they are ready, the
         replicas already serving carry the planned load, at the clock that needs (the top one
         if they cannot). A floor planned for the full count would leave them at a low clock
         with a queue growing (throttLL'eM's per-step search weighs admitted requests only)."""
-        running = self._running(dep)
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas))

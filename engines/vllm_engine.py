@@ -130,15 +130,15 @@ class VllmEngine:
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
+        self.gate = AdmissionGate(config.batch_limit)
         self.running_batch = VllmRunningBatch(config.tensor_parallel, vllm_config.cache_config.block_size,
-                                              self.tracker.snapshot, config.batch_limit)
+                                              self.tracker.snapshot, self.gate)
         self.admission = self._admission_chain()
-        self.gate = AdmissionGate(config.batch_limit, None if self.admission is None else self._admits)
         if self.admission is not None:
+            self.gate.admits = self._admits
             self.tracker.step_observers.append(lambda _step: self.gate.retry())
         self.energy = TokenEnergyMeter.open(self.gpu_ids, lambda: self.tracker.snapshot.processed_tokens)
         self._energy_start_j = self.energy.total_j()
-        self._clock_mhz = 0.0
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
         self._arrivals = ArrivalRates()
         self._completed = 0
@@ -186,7 +186,7 @@ class VllmEngine:
             itl_ewma_s=snap.itl_ewma_s,
             ttft_ewma_s=snap.ttft_ewma_s,
             tokens_per_s=snap.tokens_per_s,
-            clock_mhz=self._clock_mhz,
+            clock_mhz=self.running_batch.clock_mhz,
             power_w=self.energy.power_w(),
             energy_j=self.energy.total_j() - self._energy_start_j,
             tensor_parallel=self.config.tensor_parallel,
@@ -204,7 +204,6 @@ class VllmEngine:
 
     def set_batch_limit(self, limit: int) -> None:
         self.gate.set_limit(min(limit, self.config.max_num_seqs))
-        self.running_batch.batch_limit = self.gate.limit
 
     def set_clock(self, clock_mhz: float) -> None:
         """Clocks are locked by the node's GPU-control actor, which the replica calls for
@@ -212,7 +211,6 @@ class VllmEngine:
         if self.config.device != "gpu":
             logger.info("vLLM on CPU: GPU clock %.0f MHz not applicable, ignored", clock_mhz)
             return
-        self._clock_mhz = clock_mhz
         self.running_batch.clock_mhz = clock_mhz
 
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:

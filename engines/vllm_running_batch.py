@@ -11,18 +11,24 @@ from __future__ import annotations
 
 from batching.continuous_batcher import Sequence
 from core.request import Request
+from engines.admission_gate import AdmissionGate
 from engines.vllm_stats import VllmStatsSnapshot
 
 
 class VllmRunningBatch:
     def __init__(self, tensor_parallel: int, block_size: int, snapshot: VllmStatsSnapshot,
-                 batch_limit: int) -> None:
+                 gate: AdmissionGate) -> None:
         self.tensor_parallel = tensor_parallel
         self.block_size = block_size
-        self.batch_limit = batch_limit
         self.clock_mhz = 0.0  # the clock the node's GPU-control actor set; 0 until one is
         self._snapshot = snapshot
+        self._gate = gate
         self._sequences: dict[str, Sequence] = {}
+
+    @property
+    def batch_limit(self) -> int:
+        """The gate's limit: what Chiron's local autoscaler last set."""
+        return self._gate.limit
 
     @property
     def running(self) -> list[Sequence]:

@@ -7,6 +7,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig
 from energy.profiles import perf_model_for
+from engines.admission_gate import AdmissionGate
 from engines.vllm_running_batch import VllmRunningBatch
 from engines.vllm_stats import VllmStatsSnapshot
 from tests.unit.autoscaling.test_throttllem_admission import SPLITWISE, replica, req
@@ -15,7 +16,7 @@ from tests.unit.autoscaling.test_throttllem_admission import SPLITWISE, replica,
 def _view_like(batcher) -> VllmRunningBatch:
     snapshot = VllmStatsSnapshot(kv_blocks_total=batcher.kv_blocks_total,
                                  kv_usage=batcher.kv_blocks_used / batcher.kv_blocks_total)
-    view = VllmRunningBatch(batcher.tensor_parallel, batcher.block_size, snapshot, batcher.batch_limit)
+    view = VllmRunningBatch(batcher.tensor_parallel, batcher.block_size, snapshot, AdmissionGate(batcher.batch_limit))
     for seq in batcher.running:
         view.enter(view.candidate(seq.request, 0.0, seq.generated))
     return view
@@ -38,7 +39,7 @@ def test_throttllem_admission_gives_a_vllm_replica_the_batchers_verdicts() -> No
 
 def test_the_view_follows_requests_in_and_out() -> None:
     snapshot = VllmStatsSnapshot(kv_blocks_total=100, kv_usage=0.25)
-    view = VllmRunningBatch(1, 16, snapshot, 8)
+    view = VllmRunningBatch(1, 16, snapshot, AdmissionGate(8))
     assert view.kv_blocks_used == 0  # nothing of ours inside: vLLM's last report may be stale
     seq = view.candidate(req("r", 100, 50), 0.0)
     view.enter(seq)
