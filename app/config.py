@@ -228,6 +228,13 @@ class AppConfig(BaseModel):
     ingress_max_replicas_per_node: int | None = Field(
         default=None, ge=1, description="Hard cap on ingress replicas per node (Serve's max_replicas_per_node); "
         "None keeps Serve's soft spread, which still starts every replica on a one-node cluster.")
+    gateway_replicas: int = Field(
+        default=2, ge=1, description="Gateway replicas: the HTTP entry, on the head node, that hands each request to "
+        "an ingress replica and resumes a stream on another when one dies (deployments.gateway). More than 1 "
+        "survives a gateway process's crash.")
+    gateway_failover_s: float = Field(
+        default=30.0, gt=0, description="How long the gateway keeps trying other ingress replicas for a request "
+        "whose replica failed, before a retryable 503 or an error event ends it.")
     max_request_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body accepted; larger: 413.")
     stream_flush_s: float = Field(default=0.05, ge=0, description="Streamed tokens are sent through Serve in batches at most this far apart (s); one Ray object per token would cap a replica at a few hundred tokens/s.")
     prior_output_tokens: int = Field(default=200, gt=0, description="Output length assumed for a request before the predictor has anything better (the bucket_median prior).")
@@ -237,6 +244,11 @@ class AppConfig(BaseModel):
 
     # ---- reliability (deployments.resume) ----
     max_retries: int = Field(default=2, ge=0, le=5, description="A request whose replica fails is retried at most this often: streams resume where they stopped, other requests start over; then a 503 with Retry-After.")
+
+    @property
+    def max_file_bytes(self) -> int:
+        """Largest Batch API input file (/v1/files): a hundred requests' worth."""
+        return self.max_request_bytes * 100
 
     @model_validator(mode="after")
     def _consistent(self) -> AppConfig:

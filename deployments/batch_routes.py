@@ -43,7 +43,7 @@ async def upload_file(http: HTTPRequest, state: State) -> Any:
     if upload is None or isinstance(upload, str) or purpose != "batch":
         raise APIError(400, "Send multipart form fields 'file' and purpose='batch'.", param="file")
     content = await upload.read()
-    if len(content) > state.config.max_request_bytes * 100:
+    if len(content) > state.config.max_file_bytes:
         raise APIError(413, "The file is too large.", code="file_too_large")
     return await queue.add_file.remote(content, upload.filename or "input.jsonl", purpose)
 

@@ -1,10 +1,11 @@
 """Builds the Serve application named by serve_config.yaml's import_path.
 
-The ingress and the pool replicas are plain classes that receive their dependencies
-(deployments.ingress.Ingress, deployments.replica.LLMReplica); here they become Serve
-deployments: the subclasses below build those dependencies inside the replica (the
-engine from the pool's config, the replica context, the plan follower) and add Serve's
-hooks, and `serve.deployment` / `serve.ingress` are applied to them.
+The gateway, the ingress and the pool replicas are plain classes that receive their
+dependencies (deployments.gateway.Gateway, deployments.ingress.Ingress,
+deployments.replica.LLMReplica); here they become Serve deployments: the subclasses below
+build those dependencies inside the replica (the engine from the pool's config, the
+replica context, the plan follower, the ingress handle) and add Serve's hooks, and
+`serve.deployment` is applied to them. The gateway is the app's HTTP entry.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ import os
 from functools import partial
 from typing import Any
 
-from fastapi import FastAPI
 from ray import serve
+from ray._common.constants import HEAD_NODE_RESOURCE_NAME
 from ray.serve import Application
 from ray.serve.handle import DeploymentHandle
 
@@ -22,7 +23,9 @@ from app.config import AppConfig, PoolConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from deployments.batch_queue import BatchQueue
+from deployments.gateway import Gateway
 from deployments.ingress import Ingress
+from deployments.metrics import GatewayMetrics
 from deployments.plan_store import follow_plan
 from deployments.rate_ledger import RateLimitGate, rate_ledger
 from deployments.replica import LLMReplica, ReplicaIdentity
@@ -52,7 +55,7 @@ class _ServedReplica(LLMReplica):
 
 class _ServedIngress(Ingress):
     """The ingress in Serve: its app config validated, the plan followed, rate limits held
-    app-wide by the ledger, its routes served."""
+    app-wide by the ledger; the gateway calls its `exchange` with each HTTP request."""
 
     def __init__(self, config: dict[str, Any], pools: dict[str, DeploymentHandle],
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None) -> None:
@@ -62,13 +65,21 @@ class _ServedIngress(Ingress):
         super().__init__(app_config, pools, app_name, batch_queue, splitwise,
                          follow_plan=partial(follow_plan, app_name), rate_limits=rate_limits)
 
-    def __serve_build_asgi_app__(self) -> FastAPI:
-        """Serve calls this in the replica after __init__: this replica's own app."""
-        return self.http_app()
 
+class _ServedGateway(Gateway):
+    """The gateway in Serve: each request goes to an ingress replica Serve's router picks."""
+
+    def __init__(self, ingress: DeploymentHandle, max_body_bytes: int, failover_s: float) -> None:
+        streaming = ingress.options(stream=True)
+        super().__init__(lambda http: streaming.exchange.remote(http), max_body_bytes, failover_s, GatewayMetrics())
+
+
+# A Batch API upload's form: the file plus its fields and boundaries.
+_MULTIPART_OVERHEAD_BYTES = 1 << 20
 
 ReplicaDeployment = serve.deployment(name="LLMReplica")(_ServedReplica)
-IngressDeployment = serve.deployment(name="Ingress")(serve.ingress()(_ServedIngress))
+IngressDeployment = serve.deployment(name="Ingress")(_ServedIngress)
+GatewayDeployment = serve.deployment(name="Gateway")(_ServedGateway)
 
 
 def _pool_deployments(pool: PoolConfig, stream_flush_s: float) -> dict[str, Application]:
@@ -161,4 +172,11 @@ def build_app(args: dict[str, Any]) -> Application:
     splitwise = SplitwiseCoordinator.bind(  # type: ignore[attr-defined]
         {p.deployment_name: p.phase for p in config.pools}, config.splitwise.model_dump()
     ) if config.phase_split else None
-    return ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise)
+    # On the head node, whose loss ends the cluster anyway; no CPU asked, as the head may offer none.
+    gateway = GatewayDeployment.options(
+        ray_actor_options={"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE_NAME: 0.001}},
+        max_ongoing_requests=config.ingress_max_ongoing_requests * config.ingress_replicas,
+        num_replicas=config.gateway_replicas,
+    )
+    return gateway.bind(ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise),
+                        config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s)

@@ -42,6 +42,7 @@ from core.plan import ClusterPlan
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
+from deployments.asgi_bridge import HttpExchange, ResponseParts, current_exchange, run_exchange
 from deployments.http_app import build_http_app
 from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
@@ -152,10 +153,20 @@ class Ingress:
         self.router = WeightedRouter()
         self._follow_plan = follow_plan  # None: no controller (tests apply plans themselves)
         self._follower: asyncio.Task | None = None
+        self._app: FastAPI | None = None
 
     def http_app(self) -> FastAPI:
         """This replica's FastAPI app: the OpenAI, admin and Batch API routes over its state."""
-        return build_http_app(ROUTERS, ingress=self, ingress_state=self.state)
+        if self._app is None:
+            self._app = build_http_app(ROUTERS, ingress=self, ingress_state=self.state)
+        return self._app
+
+    async def exchange(self, http: HttpExchange) -> AsyncIterator[ResponseParts]:
+        """One HTTP request from the gateway, answered by this replica's app in batches of
+        parts (deployments.asgi_bridge); a stream another replica began goes on from
+        `http.resume`."""
+        async for parts in run_exchange(self.http_app(), http):
+            yield parts
 
     def _ensure_following_plan(self) -> None:
         """Routing weights (DynamoLLM spill) and serving deployments (shadow TP changes)
@@ -169,15 +180,18 @@ class Ingress:
 
     # ---- the request path --------------------------------------------------------
     async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
-        arrival_s = time.time()
+        exchange = current_exchange()
+        resume = exchange.resume if exchange is not None else None  # a stream another replica began
+        arrival_s = time.time() if resume is None else resume.arrival_s
         self._ensure_following_plan()
         try:
             tenant = self.state.authenticate(http)
             body: Any = await self.state.parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
-                                               tenant.slo_override)
-                await self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
+                                               tenant.slo_override, None if resume is None else resume.request_id)
+                if resume is None:  # a resumed stream's tokens were charged when it began
+                    await self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
                 drained = self.state.drained
                 pool = self.state.undrained(self.router.pick(
                     request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
@@ -212,11 +226,17 @@ class Ingress:
         pools = [pool, *fallbacks]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
-            gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried)
+            exchange = current_exchange()
+            resume = exchange.resume if exchange is not None else None
+            gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried,
+                                  *(() if resume is None else (resume.progress(), resume.resumption())))
+            if exchange is not None:
+                exchange.follow(gen, request.request_id)
             first = await self._first_chunk(gen)
             self.metrics.record(route, 200)
             return StreamingResponse(
-                self._sse(gen, first, rid, body.model, render, request, route, include_usage),
+                self._sse(gen, first, rid, body.model, render, request, route, include_usage,
+                          resume is None or resume.events == 0),
                 media_type="text/event-stream",
             )
         retried: list[str] = []
@@ -297,7 +317,7 @@ class Ingress:
                            code="rate_limit_exceeded", retry_after_s=wait_s)
 
     def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float,
-                  slo_override: dict[str, float] | None = None):
+                  slo_override: dict[str, float] | None = None, request_id: str | None = None):
         sampling = sampling_of(body)
         prompt = self.prompts.render(body, prompt)
         prompt_tokens = self.prompts.count(prompt)
@@ -316,7 +336,7 @@ class Ingress:
                 f"prompt and {max_tokens} for the completion.",
                 param="max_tokens", code="context_length_exceeded",
             )
-        request_id = uuid.uuid4().hex
+        request_id = request_id or uuid.uuid4().hex
         predicted = self.predictor.predict(prompt_tokens, max_tokens, prompt, request_id)
         try:
             request, pool = self.classifier.classify(
@@ -355,11 +375,12 @@ class Ingress:
             return self.phase_split.complete(request)
         return self.pools[self.state.deployment(pool)].complete.remote(request)
 
-    async def _sse(self, gen, first, rid, model, render, request, route, include_usage) -> AsyncIterator[str]:
+    async def _sse(self, gen, first, rid, model, render, request, route, include_usage,
+                   first_chunk: bool = True) -> AsyncIterator[str]:
         """Stream chunks as SSE; a replica failure past the retries ends the stream with an
-        OpenAI error event (retryable: 503 + retry_after), never silently."""
+        OpenAI error event (retryable: 503 + retry_after), never silently. Only the first
+        chat delta carries the role (`first_chunk`: none was sent before a resume)."""
         chunk = first
-        first_chunk = True  # only the first chat delta carries the role
         try:
             while True:
                 refused = _refusal(chunk)

@@ -81,20 +81,7 @@ class IngressState:
 
     # ---- request bodies -------------------------------------------------------------
     async def read_body(self, http: HTTPRequest) -> bytes:
-        """The body, refused with 413 as soon as it is known to pass max_request_bytes: from
-        Content-Length before reading anything, else while it streams in."""
-        limit = self.config.max_request_bytes
-        too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
-        declared = http.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise too_large
-        chunks, size = [], 0
-        async for chunk in http.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
-        return b"".join(chunks)
+        return await read_limited_body(http, self.config.max_request_bytes)
 
     async def parse(self, http: HTTPRequest, schema: type[Body], check_model: bool = True) -> Body:
         raw = await self.read_body(http)
@@ -136,3 +123,19 @@ class IngressState:
                 return other
         raise APIError(503, "Every pool is drained by an operator; retry later.", "overloaded",
                        code="pools_drained", retry_after_s=5)
+
+
+async def read_limited_body(http: HTTPRequest, limit: int) -> bytes:
+    """The body, refused with 413 as soon as it is known to pass `limit` bytes: from
+    Content-Length before reading anything, else while it streams in."""
+    too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
+    declared = http.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in http.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)

@@ -147,3 +147,23 @@ class IngressMetrics:
     def retried(self, pool: str) -> None:
         self.counts["retries"] += 1
         self.retries.inc(1, {"pool": pool})
+
+
+FAILOVERS = ("replayed", "resumed", "failed")
+
+
+class GatewayMetrics:
+    """What the gateway did when an ingress replica failed under a request: one count per
+    attempt on another replica, one per request given up (exported at 0 from start-up, so
+    a healthy system shows 0)."""
+
+    def __init__(self) -> None:
+        self.failovers = metrics.Counter(
+            "wattwise_gateway_failovers_total", "What the gateway did when an ingress replica failed under a "
+            "request: replayed (sent it whole to another), resumed (sent a stream's continuation), failed (gave "
+            "up: a 503 or an error event).", ("outcome",))
+        for outcome in FAILOVERS:
+            zero_counter(self.failovers, {"outcome": outcome})
+
+    def failover(self, outcome: str) -> None:
+        self.failovers.inc(1, {"outcome": outcome})

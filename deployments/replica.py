@@ -67,6 +67,7 @@ class LLMReplica:
         # What the GPUs run at, as the GPU-control actor reads it back (None: not read yet).
         self.applied_clock_mhz: float | None = None
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
+        self._streaming: dict[str, asyncio.Task] = {}  # request id -> the task streaming it
 
     def _ensure_following_plan(self) -> None:
         if self._follow_plan is not None and (self._follower is None or self._follower.done()):
@@ -165,8 +166,28 @@ class LLMReplica:
                 item = replace(item, kv=outcome[0] if outcome else None, replica=replica)
             yield item
 
+    async def _supersede(self, request_id: str) -> None:
+        """A stream arriving under the id of one this replica still streams: its first
+        caller died (an ingress replica lost with its machine) and the gateway resumed the
+        request; the orphan stops, freeing its batch slot and its id."""
+        this, orphan = asyncio.current_task(), self._streaming.get(request_id)
+        if orphan is not None and orphan is not this and not orphan.done():
+            orphan.cancel()
+            await asyncio.wait({orphan}, timeout=10.0)
+        if this is not None:
+            self._streaming[request_id] = this
+
     async def _flushed(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
         self._ensure_following_plan()
+        await self._supersede(request.request_id)
+        try:
+            async for reply in self._flushed_chunks(request, chunks):
+                yield reply
+        finally:
+            if self._streaming.get(request.request_id) is asyncio.current_task():
+                del self._streaming[request.request_id]
+
+    async def _flushed_chunks(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
         with tracer.start_as_current_span("wattwise.replica.generate") as span:
             span.set_attribute("wattwise.pool", self.pool)
             span.set_attribute("wattwise.length_class", request.length_class)

@@ -113,26 +113,42 @@ class ResumableStream:
     """The chunks of one streamed response, resumed on another replica after a failure.
 
     `start(request, pool)` issues a streaming call; `pools` lists the pool serving the
-    request first, then fallbacks (retry i goes to pools[min(i, last)])."""
+    request first, then fallbacks (retry i goes to pools[min(i, last)]). A stream another
+    ingress replica began (deployments.asgi_bridge) starts from the `progress` its client
+    holds and the `inherited` resumption; only retries made here count against `max_retries`."""
 
     def __init__(self, start: Callable[[Request, str], Any], request: Request, pools: list[str],
-                 max_retries: int, on_retry: Callable[[str], None] = lambda pool: None) -> None:
+                 max_retries: int, on_retry: Callable[[str], None] = lambda pool: None,
+                 progress: Progress | None = None, inherited: Resumption = Resumption()) -> None:
         self.start, self.request, self.pools = start, request, pools
         self.max_retries, self.on_retry = max_retries, on_retry
         self.retries = 0
-        self.progress = Progress(arrival_s=request.arrival_s)
+        self.progress = progress if progress is not None else Progress(arrival_s=request.arrival_s)
+        self.inherited = inherited
         self.pool = pools[0]
-        self._gen = start(request, self.pool)
-        self._stall_s = 0.0
-        self._broken_at_s: float | None = None  # the client's last token before a resume
+        self._stall_s = inherited.stall_s
+        # The client's last token before a resume: set while a resume is under way.
+        self._broken_at_s: float | None = None
+        self._final: ReplicaChunk | None = None  # sent instead of a call when nothing is left
+        if inherited.resumed:
+            self._broken_at_s = self.progress.last_token_s
+        rest = continuation(request, self.progress, time.time()) if inherited.resumed else request
+        if rest is None:
+            self._gen: Any = None
+            self._final = merged_final(request, self.progress, None, time.time())
+        else:
+            self._gen = start(rest, self.pool)
 
     def resumption(self) -> Resumption:
-        return Resumption(self.retries, self._stall_s)
+        return Resumption(self.inherited.retries + self.retries, self._stall_s)
 
     def __aiter__(self) -> ResumableStream:
         return self
 
     async def __anext__(self) -> Reply:
+        if self._final is not None:
+            final, self._final = self._final, None
+            return self._account(final)
         while True:
             try:
                 chunk = await self._gen.__anext__()
@@ -141,7 +157,7 @@ class ResumableStream:
             except Exception as err:  # sorted by is_retryable below
                 exc = err
             else:
-                if self.retries and is_refusal(chunk) and self.progress.tokens:
+                if self.resumption().resumed and is_refusal(chunk) and self.progress.tokens:
                     exc = StreamBroken("the continuation was refused by the replica")
                 else:
                     return self._account(chunk)
@@ -155,7 +171,7 @@ class ResumableStream:
         if not isinstance(chunk, ReplicaChunk):  # a refusal: nothing reached the client
             return chunk
         now = time.time()
-        if chunk.finish_reason and self.retries and self.progress.tokens:
+        if chunk.finish_reason and self.resumption().resumed and self.progress.tokens:
             chunk = merged_final(self.request, self.progress, chunk, now)
         if self._broken_at_s is not None and chunk.num_tokens:
             self._stall_s = max(self._stall_s, now - self._broken_at_s)
