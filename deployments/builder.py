@@ -5,7 +5,8 @@ dependencies (deployments.gateway.Gateway, deployments.ingress.Ingress,
 deployments.replica.LLMReplica); here they become Serve deployments: the subclasses below
 build those dependencies inside the replica (the engine from the pool's config, the
 replica context, the plan follower, the ingress handle) and add Serve's hooks, and
-`serve.deployment` is applied to them. The gateway is the app's HTTP entry.
+`serve.deployment` is applied to them. The gateway is the app's HTTP entry, or with
+`gateway_replicas: 0` the ingress itself (`serve.ingress`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 from functools import partial
 from typing import Any
 
+from fastapi import FastAPI
 from ray import serve
 from ray._common.constants import HEAD_NODE_RESOURCE_NAME
 from ray.serve import Application
@@ -66,6 +68,14 @@ class _ServedIngress(Ingress):
                          follow_plan=partial(follow_plan, app_name), rate_limits=rate_limits)
 
 
+class _HttpIngress(_ServedIngress):
+    """The ingress as the app's HTTP entry, when the app runs no gateway."""
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        """Serve calls this in the replica after __init__: this replica's own app."""
+        return self.http_app()
+
+
 class _ServedGateway(Gateway):
     """The gateway in Serve: each request goes to an ingress replica Serve's router picks."""
 
@@ -79,6 +89,7 @@ _MULTIPART_OVERHEAD_BYTES = 1 << 20
 
 ReplicaDeployment = serve.deployment(name="LLMReplica")(_ServedReplica)
 IngressDeployment = serve.deployment(name="Ingress")(_ServedIngress)
+HttpIngressDeployment = serve.deployment(name="Ingress")(serve.ingress()(_HttpIngress))
 GatewayDeployment = serve.deployment(name="Gateway")(_ServedGateway)
 
 
@@ -163,7 +174,7 @@ def build_app(args: dict[str, Any]) -> Application:
                          "name ends in -tp<N>")
     spread: dict[str, Any] = {} if config.ingress_max_replicas_per_node is None else {
         "max_replicas_per_node": config.ingress_max_replicas_per_node}
-    ingress = IngressDeployment.options(
+    ingress = (IngressDeployment if config.gateway_replicas else HttpIngressDeployment).options(
         ray_actor_options={"num_cpus": 0.2}, max_ongoing_requests=config.ingress_max_ongoing_requests,
         num_replicas=config.ingress_replicas, **spread,
     )
@@ -172,11 +183,13 @@ def build_app(args: dict[str, Any]) -> Application:
     splitwise = SplitwiseCoordinator.bind(  # type: ignore[attr-defined]
         {p.deployment_name: p.phase for p in config.pools}, config.splitwise.model_dump()
     ) if config.phase_split else None
+    served = ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise)
+    if not config.gateway_replicas:
+        return served
     # On the head node, whose loss ends the cluster anyway; no CPU asked, as the head may offer none.
     gateway = GatewayDeployment.options(
         ray_actor_options={"num_cpus": 0, "resources": {HEAD_NODE_RESOURCE_NAME: 0.001}},
         max_ongoing_requests=config.ingress_max_ongoing_requests * config.ingress_replicas,
         num_replicas=config.gateway_replicas,
     )
-    return gateway.bind(ingress.bind(config.model_dump(mode="json"), pools, batch_queue, splitwise),
-                        config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s)
+    return gateway.bind(served, config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s)

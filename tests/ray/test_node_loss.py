@@ -47,6 +47,8 @@ STREAMS = 12
 MAX_TOKENS = 160
 INGRESS_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"ingress": 1}}
 POOL_NODE = {"num_cpus": 4, "num_gpus": 8, "resources": {"pool": 100}}
+PROMPT_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"prompt": 1}}  # one Splitwise prompt replica each
+SPLITWISE_CONFIG = SERVE_CONFIG.parent / "serve_config.splitwise.yaml"
 REPORT: list[NodeLoss] = []
 
 
@@ -63,6 +65,7 @@ class NodeLoss:
     lost: int
     served_after_s: float  # removal to the first new request served
     capacity_after_s: float  # removal to every deployment back at its target
+    kv_recomputed: int = 0  # Splitwise: token phases that recomputed the prompt (the KV was lost)
 
 
 @dataclass
@@ -79,21 +82,25 @@ class Stream:
 
 
 class LiveCluster:
-    """The cluster, the app and a driver connected to it."""
+    """The cluster, the app (serve_config.yaml, or with `splitwise` serve_config.splitwise.yaml,
+    its prompt pool on a node of its own) and a driver connected to it."""
 
-    def __init__(self) -> None:
+    def __init__(self, splitwise: bool = False) -> None:
         import ray
         from ray.cluster_utils import Cluster
 
+        self.splitwise = splitwise
+        # Splitwise: a long prompt (still class S, < 256 tokens) has a large KV to hand off.
+        self.prompt = "tell me a story" + " about the sea" * (45 if splitwise else 0)
         self.workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"wattwise-nodeloss-{os.getpid()}"
         self.workdir.mkdir(exist_ok=True)
         self.http_port = free_port()
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
-        for kind in (INGRESS_NODE, INGRESS_NODE, POOL_NODE, POOL_NODE):
-            self.cluster.add_node(**kind)
+        self.kinds: dict[str, dict[str, Any]] = {}  # node id -> the kind of node it is
+        for kind in (INGRESS_NODE, INGRESS_NODE, POOL_NODE, POOL_NODE, *([PROMPT_NODE] * 2 if splitwise else [])):
+            self.add(kind)
         self.cluster.wait_for_nodes()
         ray.init(address=self.cluster.address, namespace="wattwise-tests", log_to_driver=False)
-        self.pool_nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"] and "pool" in n["Resources"]}
         self.config_path = self.workdir / "serve_config.yaml"
         self.config_path.write_text(yaml.safe_dump(self._config(), sort_keys=False))
         self._pin_plan_store_to_a_worker()
@@ -102,10 +109,17 @@ class LiveCluster:
                            env=os.environ, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
         wait_for(self.ready, 600, "the app to start on the cluster", poll_s=0.5)
 
+    def add(self, kind: dict[str, Any]) -> Any:
+        """A worker of `kind` joins (at start, or replacing a lost one)."""
+        node = self.cluster.add_node(**kind)
+        self.kinds[node.node_id] = kind
+        return node
+
     def _config(self) -> dict[str, Any]:
-        config = yaml.safe_load(SERVE_CONFIG.read_text())
+        config = yaml.safe_load((SPLITWISE_CONFIG if self.splitwise else SERVE_CONFIG).read_text())
         config["proxy_location"] = "HeadOnly"
         config["http_options"] = {"host": DEFAULT_INGRESS.http_host, "port": self.http_port}
+        config.setdefault("tracing_config", {})
         quick_config(config)
         config["tracing_config"]["enabled"] = False
         kwargs = config["applications"][0]["autoscaling_policy"]["policy_kwargs"]
@@ -114,11 +128,17 @@ class LiveCluster:
         args = config["applications"][0]["args"]
         args.update({"ingress_replicas": 2, "ingress_max_replicas_per_node": 1, "batch_api": {"enabled": False},
                      "max_retries": 3})
+        if self.splitwise:  # the whole KV moves (~10 MB for the long prompt): a hand-off takes a while
+            args["splitwise"]["kv_payload_scale"] = 1.0
         placed = [{"name": "Ingress", "ray_actor_options": {"num_cpus": 0.2, "resources": {"ingress": 1}}}]
         for pool in args["pools"]:  # one replica each: losing its node is losing the pool
-            pool["autoscaling"].update({"min_replicas": 1, "max_replicas": 1})
+            prompt = pool.get("phase") == "prompt"  # Splitwise's prompt pool: one on each prompt node
+            pool["autoscaling"].update({"min_replicas": 2 if prompt else 1, "max_replicas": 2 if prompt else 1})
+            node = "prompt" if prompt else "pool"
             placed.append({"name": f"pool-{pool['name']}",
-                           "ray_actor_options": {"num_cpus": 0.1, "resources": {"pool": 1}}})
+                           "ray_actor_options": {"num_cpus": 0.1, "resources": {node: 1}}})
+        if self.splitwise:  # off the prompt node: its loss is the prompt replica's alone
+            placed.append({"name": "SplitwiseCoordinator", "ray_actor_options": {"resources": {"pool": 1}}})
         config["applications"][0]["deployments"] = placed
         return config
 
@@ -132,7 +152,7 @@ class LiveCluster:
 
         from deployments.plan_store import NAMESPACE, PlanStore
 
-        node_id = next(n for n in self.cluster.worker_nodes if n.node_id in self.pool_nodes).node_id
+        node_id = next(n for n in self.cluster.worker_nodes if self.kinds[n.node_id] is POOL_NODE).node_id
         store = PlanStore.options(name=f"plan-{APP}", namespace=NAMESPACE, get_if_exists=True, lifetime="detached",
                                   scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)).remote(APP)
         ray.get(store.get.remote(), timeout=120)
@@ -207,12 +227,11 @@ class LiveCluster:
 
 
 
-@pytest.fixture(scope="module")
-def live() -> Iterator[LiveCluster]:
+def _live(splitwise: bool) -> Iterator[LiveCluster]:
     os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
                        "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
                        **DEFAULT_INGRESS.env})
-    cluster = LiveCluster()
+    cluster = LiveCluster(splitwise)
     try:
         yield cluster
     finally:
@@ -220,10 +239,14 @@ def live() -> Iterator[LiveCluster]:
         _print_report()
 
 
-async def _stream(client: openai.AsyncOpenAI, out: Stream) -> None:
+@pytest.fixture(scope="module")
+def live() -> Iterator[LiveCluster]:
+    yield from _live(splitwise=False)
+
+
+async def _stream(client: openai.AsyncOpenAI, prompt: str, out: Stream) -> None:
     try:
-        response = await client.completions.create(model=MODEL, prompt="tell me a story", max_tokens=MAX_TOKENS,
-                                                   stream=True)
+        response = await client.completions.create(model=MODEL, prompt=prompt, max_tokens=MAX_TOKENS, stream=True)
         out.accepted = True
         async for chunk in response:
             if chunk.choices:
@@ -252,16 +275,21 @@ async def _first_served(live: LiveCluster, since_s: float) -> float:
     return time.monotonic() - since_s
 
 
-async def _streams_through_loss(live: LiveCluster, remove: Callable[[], None]) -> tuple[list[Stream], float, float]:
-    """Start the streams, remove the node once every accepted one is producing tokens,
-    and wait for them all; returns them and the seconds until a new request was served."""
+async def _streams_through_loss(live: LiveCluster, remove: Callable[[], None],
+                                at_first_token: bool) -> tuple[list[Stream], float, float]:
+    """Start the streams at once and remove the node once every accepted one is producing
+    tokens, or with `at_first_token` as soon as one is (a Splitwise prompt replica has
+    then just prefilled them and their KV is on its way to the token replicas); wait for
+    them all. Returns them and the seconds until a new request was served."""
     client = openai.AsyncOpenAI(base_url=f"{live.base_url}/v1", api_key=INTERACTIVE_KEY, max_retries=0,
                                 timeout=300)
     streams = [Stream() for _ in range(STREAMS)]
-    tasks = [asyncio.create_task(_stream(client, s)) for s in streams]
+    tasks = [asyncio.create_task(_stream(client, live.prompt, s)) for s in streams]
+    under_way = any if at_first_token else all
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline and not all(s.tokens or s.error or s.dropped or s.finished for s in streams):
-        await asyncio.sleep(0.1)
+    while time.monotonic() < deadline and not under_way(s.tokens or s.error or s.dropped or s.finished
+                                                        for s in streams):
+        await asyncio.sleep(0.01)
     removed_at = time.monotonic()
     await asyncio.to_thread(remove)
     served = asyncio.create_task(_first_served(live, removed_at))
@@ -270,27 +298,28 @@ async def _streams_through_loss(live: LiveCluster, remove: Callable[[], None]) -
     return streams, await asyncio.wait_for(served, timeout=300), removed_at
 
 
-def _lose(live: LiveCluster, case: str, label: str) -> NodeLoss:
+def _lose(live: LiveCluster, case: str, label: str, at_first_token: bool = False) -> NodeLoss:
     lost: dict[str, Any] = {}
+    if at_first_token:  # the loss must come at once: the node is chosen before the streams start
+        lost["node"], lost["hosted"] = live.node_of(label)
 
     def crash() -> None:
-        """kill -9 of the node hosting `label`, chosen once the streams are in flight."""
-        lost["node"], lost["hosted"] = live.node_of(label)
+        """kill -9 of the node hosting `label` (the busiest, once the streams are in flight)."""
+        if "node" not in lost:
+            lost["node"], lost["hosted"] = live.node_of(label)
         live.cluster.remove_node(lost["node"], allow_graceful=False)
 
-    streams, served_after_s, removed_at = asyncio.run(_streams_through_loss(live, crash))
+    streams, served_after_s, removed_at = asyncio.run(_streams_through_loss(live, crash, at_first_token))
     node, hosted = lost["node"], lost["hosted"]
-    kind = POOL_NODE if node.node_id in live.pool_nodes else INGRESS_NODE
-    replacement = live.cluster.add_node(**kind)  # a machine like the lost one joins
+    live.add(live.kinds[node.node_id])  # a machine like the lost one joins
     live.cluster.wait_for_nodes()
-    if kind is POOL_NODE:
-        live.pool_nodes.add(replacement.node_id)
     wait_for(live.ready, 300, "every deployment back at its target", poll_s=0.5)
     capacity_after_s = time.monotonic() - removed_at
     accepted = [s for s in streams if s.accepted]
+    recomputed = sum(1 for s in accepted if s.report and s.report.get("splitwise", {}).get("kv") == "recomputed")
     result = NodeLoss(case, hosted, len(accepted), sum(s.finished for s in accepted),
                       sum(s.resumed for s in accepted), sum(s.error is not None for s in accepted),
-                      sum(s.dropped is not None for s in accepted), served_after_s, capacity_after_s)
+                      sum(s.dropped is not None for s in accepted), served_after_s, capacity_after_s, recomputed)
     REPORT.append(result)
     resumed = [s.report for s in accepted if s.resumed and s.report]
     if resumed:
@@ -299,17 +328,19 @@ def _lose(live: LiveCluster, case: str, label: str) -> NodeLoss:
               f"stall up to {max(r['resume_stall_s'] for r in resumed):.1f} s, "
               f"slo_met {sum(r['slo_met'] for r in resumed)}/{len(resumed)}")
     print(f"\n{result}\n  dropped: {[s.dropped for s in accepted if s.dropped][:3]}"
-          f"\n  errors: {[s.error for s in accepted if s.error][:3]}")
+          f"\n  errors: {[s.error for s in accepted if s.error][:3]}"
+          f"\n  refused before acceptance: {[s.error for s in streams if not s.accepted][:3]}")
     return result
 
 
 def _print_report() -> None:
     if not REPORT:
         return
-    print("\ncase          accepted completed resumed errored lost  served_s capacity_s  removed node hosted")
+    print("\ncase            accepted completed resumed kv_recomputed errored lost  served_s capacity_s  "
+          "removed node hosted")
     for r in REPORT:
-        print(f"{r.case:13s} {r.accepted:8d} {r.completed:9d} {r.resumed:7d} {r.errored:7d} {r.lost:4d} "
-              f"{r.served_after_s:9.1f} {r.capacity_after_s:10.1f}  {', '.join(r.hosted)}")
+        print(f"{r.case:15s} {r.accepted:8d} {r.completed:9d} {r.resumed:7d} {r.kv_recomputed:13d} {r.errored:7d} "
+              f"{r.lost:4d} {r.served_after_s:9.1f} {r.capacity_after_s:10.1f}  {', '.join(r.hosted)}")
 
 
 def test_losing_the_plan_stores_node_keeps_plan_and_operator_settings(live: LiveCluster) -> None:
@@ -344,3 +375,4 @@ def test_losing_an_ingress_node_resumes_its_streams_on_the_other_ingress(live: L
     assert result.accepted > 0 and result.lost == 0  # the gateway on the head held every connection
     assert result.completed + result.errored == result.accepted
     assert result.resumed > 0  # the dead replica's streams went on from the other
+
