@@ -68,7 +68,7 @@ class ExchangeRelay:
 
     def __init__(self, start: StartExchange, exchange: HttpExchange, failover_s: float,
                  metrics: GatewayMetrics | None = None) -> None:
-        self.start, self.exchange, self.failover_s, self.metrics = start, exchange, failover_s, metrics
+        self.start, self.exchange, self.metrics = start, exchange, metrics
         self.deadline_s = time.monotonic() + failover_s
         self.state: StreamState | None = None  # what the client holds of a streamed completion
         self._batches: Any = None  # the call to the replica now answering

@@ -229,7 +229,8 @@ class Ingress:
             exchange = current_exchange()
             resume = exchange.resume if exchange is not None else None
             gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried,
-                                  *(() if resume is None else (resume.progress(), resume.resumption())))
+                                  progress=None if resume is None else resume.progress(),
+                                  inherited=Resumption() if resume is None else resume.resumption())
             if exchange is not None:
                 exchange.follow(gen, request.request_id)
             first = await self._first_chunk(gen)

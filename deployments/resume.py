@@ -128,14 +128,13 @@ class ResumableStream:
         self.pool = pools[0]
         self._stall_s = inherited.stall_s
         # The client's last token before a resume: set while a resume is under way.
-        self._broken_at_s: float | None = None
+        self._broken_at_s = self.progress.last_token_s if inherited.resumed else None
         self._final: ReplicaChunk | None = None  # sent instead of a call when nothing is left
-        if inherited.resumed:
-            self._broken_at_s = self.progress.last_token_s
-        rest = continuation(request, self.progress, time.time()) if inherited.resumed else request
+        now = time.time()
+        rest = continuation(request, self.progress, now)  # the request itself if nothing was sent
         if rest is None:
             self._gen: Any = None
-            self._final = merged_final(request, self.progress, None, time.time())
+            self._final = merged_final(request, self.progress, None, now)
         else:
             self._gen = start(rest, self.pool)
 
