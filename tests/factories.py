@@ -64,6 +64,9 @@ def quick_config(config: dict[str, Any]) -> None:
     ]
     for pool in app["args"]["pools"]:
         pool["autoscaling"]["max_replicas"] = 3
+    # One gateway process less per app on a 2-core CI machine running several apps at once;
+    # its failover is tested under a gateway of its own (unit) and across nodes (test_node_loss).
+    app["args"]["gateway_replicas"] = 1
     # The utilisation policy would empty an idle pool, and a test's next request wait for a replica.
     keep_every_pool(config)
 

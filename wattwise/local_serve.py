@@ -57,7 +57,9 @@ def free_port() -> int:
 PORT_WINDOWS = 50
 PORT_WINDOW_SIZE = 100
 HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral range and Serve's defaults
-START_ATTEMPTS = 2
+# A start fails when another process takes a port first, or when `ray start` gives up on its
+# raylet (Ray waits a fixed 30 s for it to register: a busy machine misses that now and then).
+START_ATTEMPTS = 3
 
 
 class PortWindow:
@@ -199,9 +201,9 @@ class LocalServe:
             subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
 
     def start(self, timeout_s: float = 240) -> Self:
-        """Start the cluster and the app, once more on fresh ports if the first try fails:
-        a port picked free can be taken by another process before Ray or HAProxy binds it
-        (1 in ~6 CI runs that shared the machine with other clusters)."""
+        """Start the cluster and the app, again on fresh ports if a try fails: a port picked
+        free can be taken by another process before Ray or HAProxy binds it (1 in ~6 CI runs
+        that shared the machine with other clusters), and `ray start` can time out."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout_s)

@@ -176,15 +176,16 @@ class LiveCluster:
         except httpx.HTTPError:
             return False
 
-    def hosts(self) -> dict[str, list[tuple[str, int]]]:
-        """{node id: the app's actors on it, with their requests in flight} (Serve replicas
-        by deployment, the plan store)."""
+    def hosts(self, only: str | None = None) -> dict[str, list[tuple[str, int]]]:
+        """{node id: the app's actors on it (only those labelled `only`, if given), with their
+        requests in flight} (Serve replicas by deployment, the plan store). Every actor is
+        asked at once: asked in turn on a busy machine, the streams could end before the kill."""
         import ray
         from ray.serve._private.common import REPLICA_ID_FULL_ID_STR_PREFIX
 
         from deployments.plan_store import NAMESPACE
 
-        where: dict[str, list[tuple[str, int]]] = {}
+        asked = []
         for actor in ray.util.list_named_actors(all_namespaces=True):
             name, namespace = actor["name"], actor["namespace"]
             if namespace == "serve" and name.startswith(f"{REPLICA_ID_FULL_ID_STR_PREFIX}{APP}#"):
@@ -193,26 +194,29 @@ class LiveCluster:
                 label = "PlanStore"
             else:
                 continue
+            if only is not None and label != only:
+                continue
             try:
                 handle = ray.get_actor(name, namespace=namespace)
-                node = ray.get(handle.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id()),
-                               timeout=60)
-                ongoing = ray.get(handle.get_num_ongoing_requests.remote(), timeout=60) if namespace == "serve" else 0
+            except ValueError:  # gone since it was listed
+                continue
+            node = handle.__ray_call__.remote(lambda _: ray.get_runtime_context().get_node_id())
+            ongoing = handle.get_num_ongoing_requests.remote() if namespace == "serve" else None
+            asked.append((label, node, ongoing))
+        where: dict[str, list[tuple[str, int]]] = {}
+        for label, node, ongoing in asked:
+            try:
+                node_id = ray.get(node, timeout=60)
+                in_flight = ray.get(ongoing, timeout=60) if ongoing is not None else 0
             except Exception:  # an actor dying or restarting right now
                 continue
-            where.setdefault(node, []).append((label, ongoing))
+            where.setdefault(node_id, []).append((label, in_flight))
         return where
 
-    def node_of(self, label: str) -> tuple[Any, tuple[str, ...]]:
-        """The worker hosting `label`, the one whose `label` holds the most requests if
-        several do (the loss must hit streams in flight), and everything on it."""
-        hosts = self.hosts()
-        busy = {node.node_id: max((n for lbl, n in hosts.get(node.node_id, []) if lbl == label), default=-1)
-                for node in self.cluster.worker_nodes}
-        node = max(self.cluster.worker_nodes, key=lambda n: busy[n.node_id])
-        if busy[node.node_id] < 0:
-            raise AssertionError(f"{label} runs on no worker: {hosts}")
-        return node, tuple(sorted(lbl for lbl, _ in hosts[node.node_id]))
+    def busiest(self, label: str, candidates: list[Any]) -> Any:
+        """Of the `candidates` (workers), the one whose `label` holds the most requests now."""
+        busy = {node_id: max(n for lbl, n in on_node) for node_id, on_node in self.hosts(only=label).items()}
+        return max(candidates, key=lambda node: busy.get(node.node_id, -1))
 
     def shutdown(self) -> None:
         import ray
@@ -299,18 +303,21 @@ async def _streams_through_loss(live: LiveCluster, remove: Callable[[], None],
 
 
 def _lose(live: LiveCluster, case: str, label: str, at_first_token: bool = False) -> NodeLoss:
-    lost: dict[str, Any] = {}
-    if at_first_token:  # the loss must come at once: the node is chosen before the streams start
-        lost["node"], lost["hosted"] = live.node_of(label)
+    placed = live.hosts()  # known before the streams: asked during them, it takes seconds on a busy machine
+    holders = [n for n in live.cluster.worker_nodes if any(lbl == label for lbl, _ in placed.get(n.node_id, []))]
+    assert holders, f"{label} runs on no worker: {placed}"
+    lost = {"node": holders[0]}
 
     def crash() -> None:
-        """kill -9 of the node hosting `label` (the busiest, once the streams are in flight)."""
-        if "node" not in lost:
-            lost["node"], lost["hosted"] = live.node_of(label)
+        """kill -9 of the node hosting `label`, the busiest of several once the streams are
+        in flight (the loss must hit them), or at once `at_first_token`."""
+        if len(holders) > 1 and not at_first_token:
+            lost["node"] = live.busiest(label, holders)
         live.cluster.remove_node(lost["node"], allow_graceful=False)
 
     streams, served_after_s, removed_at = asyncio.run(_streams_through_loss(live, crash, at_first_token))
-    node, hosted = lost["node"], lost["hosted"]
+    node = lost["node"]
+    hosted = tuple(sorted(lbl for lbl, _ in placed[node.node_id]))
     live.add(live.kinds[node.node_id])  # a machine like the lost one joins
     live.cluster.wait_for_nodes()
     wait_for(live.ready, 300, "every deployment back at its target", poll_s=0.5)
