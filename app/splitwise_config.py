@@ -24,6 +24,11 @@ class SplitwiseServeConfig(BaseModel):
         "(energy.kv_transfer), times this factor, so local runs move kilobytes, not gigabytes."))
     kv_transfer_timeout_s: float = Field(default=5.0, gt=0, description=(
         "The token replica waits this long (s) for the KV, then recomputes the prompt itself."))
+    prompt_phase_timeout_s: float = Field(default=10.0, gt=0, description=(
+        "How long (s) a request waits for its prompt phase (the prompt replica taking it and running the "
+        "prompt) before its token replica runs it whole, prompt included, as Splitwise's mixed pool does. A "
+        "prompt pool whose only replica was lost with its machine has none until another starts, and Serve "
+        "would hold the request until then."))
     transfer_failure_prob: float = Field(default=0.0, ge=0, le=1, description=(
         "Failure injection: the share of KV transfers a prompt replica drops (tests, drills)."))
     report_period_s: float = Field(default=0.5, gt=0, description=(

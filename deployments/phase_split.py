@@ -6,6 +6,9 @@ replica decodes the rest from that KV (or recomputes the prompt if the KV does n
 arrive) and streams it. The coordinator's reservations are landed as each phase
 reaches its replica and released when it ends, also when the client leaves early.
 The final chunk carries a `splitwise` report: where each phase ran and how the KV came.
+A prompt phase that does not answer within `prompt_phase_timeout_s`, or whose replica
+dies, is given up: the token replica runs the whole request (the KV is `recomputed`) and
+the coordinator assigns that prompt replica nothing more until it answers a poll.
 """
 
 from __future__ import annotations
@@ -15,10 +18,12 @@ import dataclasses
 from collections.abc import AsyncGenerator
 from typing import Any
 
-from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
+from ray.exceptions import RayActorError
+from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentResponseGenerator
 
 from app.splitwise_config import SplitwiseServeConfig
 from core.request import Request
+from deployments.kv_handoff import OBJECT_STORE, KvHandle
 from deployments.messages import Prefilled, ReplicaChunk, Reply, Shed, SplitwiseReport
 from deployments.phase_router import ASSIGNED_REPLICA_KEY
 
@@ -27,6 +32,11 @@ PROMPT, TOKEN = "prompt", "token"
 
 def _no_replica() -> Shed:
     return Shed("no replica of a phase pool is ready", 1.0)
+
+
+async def _answer(call: DeploymentResponse) -> Prefilled:
+    """A Serve call's result as a coroutine (asyncio.wait_for cancels what it wraps)."""
+    return await call
 
 
 def _to(request: Request, placement: dict[str, Any]) -> Request:
@@ -85,9 +95,10 @@ class PhaseSplit:
         open_phases = {PROMPT: prompt, TOKEN: token}
         decode = None
         try:
-            pre: Prefilled = await self.pools[prompt["deployment"]].prefill.remote(
-                _to(request, prompt), self._settings, token["replica"])
+            pre = await self._prefill(request, prompt, token)
             self._finish(open_phases, PROMPT)
+            if pre is None:  # given up (the coordinator counts it `unreachable`): the token replica runs the prompt too
+                pre = Prefilled(None, KvHandle(prompt["replica"], OBJECT_STORE), prompt["replica"])
             first, kv = pre.first, pre.kv
             report = SplitwiseReport(prompt_replica=pre.replica, prompt_role=prompt["role"],
                                      token_replica=token["replica"], token_role=token["role"],
@@ -122,6 +133,18 @@ class PhaseSplit:
                 decode.cancel()
             for phase in list(open_phases):
                 self._finish(open_phases, phase)
+
+    async def _prefill(self, request: Request, prompt: dict[str, Any], token: dict[str, Any]) -> Prefilled | None:
+        """The prompt phase's answer; None if its replica died or did not answer in time
+        (Serve's router waits for a replica of the pool without bound)."""
+        call = self.pools[prompt["deployment"]].prefill.remote(_to(request, prompt), self._settings, token["replica"])
+        assert isinstance(call, DeploymentResponse)  # a unary call
+        try:
+            return await asyncio.wait_for(_answer(call), self.settings.prompt_phase_timeout_s)
+        except (TimeoutError, RayActorError):
+            call.cancel()
+            self.coordinator.unreachable.remote(prompt["id"])
+            return None
 
     def _finish(self, open_phases: dict[str, dict[str, Any]], phase: str, outcome: str | None = None) -> None:
         placement = open_phases.pop(phase)

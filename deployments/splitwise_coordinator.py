@@ -18,6 +18,7 @@ from typing import Any
 
 import ray
 from ray import serve
+from ray.exceptions import RayActorError
 from ray.serve._private.common import REPLICA_ID_FULL_ID_STR_PREFIX
 
 from app.splitwise_config import SplitwiseServeConfig
@@ -61,8 +62,7 @@ class SplitwiseCoordinator:
         live = await asyncio.to_thread(self._live_replicas)
         for uid in [u for u in self.actors if u not in live]:
             self.actors.pop(uid)
-            if uid in self.known:
-                self.scheduler.remove_replica(self.known.pop(uid))
+            self._forget(uid)
         for uid, (_, name) in live.items():
             if uid not in self.actors:
                 try:
@@ -75,6 +75,9 @@ class SplitwiseCoordinator:
                                self.settings.report_period_s * 4)
               for u in uids), return_exceptions=True)
         for uid, reported in zip(uids, stats, strict=True):
+            if isinstance(reported, RayActorError):  # dead (its node lost): no more work until it answers
+                self._forget(uid)
+                continue
             if not isinstance(reported, dict):
                 continue  # starting, stopping or slow: counted once it answers
             if uid not in self.known:  # ready: it may be assigned work from now on
@@ -84,6 +87,11 @@ class SplitwiseCoordinator:
                 self.scheduler.add_replica(rid, self.phases[deployment])
             self.scheduler.ledger.report(self.known[uid], int(reported.get("pending_tokens", 0)))
         self.scheduler.rebalance(time.time())
+
+    def _forget(self, uid: str) -> None:
+        """Assign `uid` nothing until it answers a poll again (as a new scheduler replica)."""
+        if uid in self.known:
+            self.scheduler.remove_replica(self.known.pop(uid))
 
     async def _poll(self) -> None:
         while True:
@@ -137,6 +145,15 @@ class SplitwiseCoordinator:
         self.scheduler.finished(replica_id, Phase(phase))
         if outcome:
             self.counts[outcome] += 1
+
+    def unreachable(self, replica_id: int) -> None:
+        """A phase could not reach its replica (lost with its machine, or not placing work):
+        assign it nothing more until it answers a poll again."""
+        self.counts["unreachable"] += 1
+        uid = self.names[replica_id][1] if replica_id in self.names else None
+        if uid is not None and self.known.get(uid) == replica_id:  # not since re-added
+            self._forget(uid)
+        self.scheduler.rebalance(time.time())
 
     def count(self, event: str, n: int = 1) -> None:
         self.counts[event] += n

@@ -20,7 +20,8 @@ class SplitwiseConfig(BaseModel):
         "Pending tokens above which the token pool is \"full\" and the cluster scheduler looks in the "
         "mixed pool, then in the prompt pool (§IV-A). Ours: 256 sequences of 512 tokens."))
     min_home_replicas: int = Field(default=1, ge=0, description=(
-        "Replicas a pool always keeps: it never lends its last ones to the mixed pool."))
+        "Replicas a pool always keeps: it lends its last ones to the mixed pool only while the other phase "
+        "has no replica at all (its pool lost, or not yet started)."))
     repurpose_after_s: float = Field(default=300.0, gt=0, description=(
         "A replica that stays mixed this long (s) is re-purposed for good (§IV-A: coarse re-purposing "
         "after \"a considerable amount of time\")."))

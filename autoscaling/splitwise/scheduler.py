@@ -76,7 +76,9 @@ class SplitwiseScheduler:
                                      or self.ledger.pending_tokens(best) < self.ledger.pending_tokens(fallback)):
                 fallback = best
         lender = opposite(phase)
-        lendable = sum(1 for r in self.role.values() if r is lender) > self.config.min_home_replicas
+        # A pool keeps its last replicas, unless no replica can run the phase at all (its
+        # pool lost with its machines): one borrowed replica serves, none refuses everything.
+        lendable = fallback is None or sum(1 for r in self.role.values() if r is lender) > self.config.min_home_replicas
         pulled = self._least_loaded(lender) if lendable else None
         if pulled is not None:
             self.role[pulled] = MIXED

@@ -302,23 +302,26 @@ async def _streams_through_loss(live: LiveCluster, remove: Callable[[], None],
     return streams, await asyncio.wait_for(served, timeout=300), removed_at
 
 
-def _lose(live: LiveCluster, case: str, label: str, at_first_token: bool = False) -> NodeLoss:
+def _lose(live: LiveCluster, case: str, label: str, at_first_token: bool = False, every: bool = False) -> NodeLoss:
+    """Stream through the loss of the node hosting `label` (with `every`, of all that do: the
+    whole pool), then add a node like each one lost and wait for every deployment's target."""
     placed = live.hosts()  # known before the streams: asked during them, it takes seconds on a busy machine
     holders = [n for n in live.cluster.worker_nodes if any(lbl == label for lbl, _ in placed.get(n.node_id, []))]
     assert holders, f"{label} runs on no worker: {placed}"
-    lost = {"node": holders[0]}
+    lost = holders if every else holders[:1]
 
     def crash() -> None:
-        """kill -9 of the node hosting `label`, the busiest of several once the streams are
-        in flight (the loss must hit them), or at once `at_first_token`."""
-        if len(holders) > 1 and not at_first_token:
-            lost["node"] = live.busiest(label, holders)
-        live.cluster.remove_node(lost["node"], allow_graceful=False)
+        """kill -9 of the nodes: the busiest of several holders once the streams are in
+        flight (the loss must hit them), or at once `at_first_token`."""
+        if len(holders) > 1 and not every and not at_first_token:
+            lost[:] = [live.busiest(label, holders)]
+        for node in lost:
+            live.cluster.remove_node(node, allow_graceful=False)
 
     streams, served_after_s, removed_at = asyncio.run(_streams_through_loss(live, crash, at_first_token))
-    node = lost["node"]
-    hosted = tuple(sorted(lbl for lbl, _ in placed[node.node_id]))
-    live.add(live.kinds[node.node_id])  # a machine like the lost one joins
+    hosted = tuple(sorted({lbl for node in lost for lbl, _ in placed[node.node_id]}))
+    for node in lost:
+        live.add(live.kinds[node.node_id])  # a machine like the lost one joins
     live.cluster.wait_for_nodes()
     wait_for(live.ready, 300, "every deployment back at its target", poll_s=0.5)
     capacity_after_s = time.monotonic() - removed_at

@@ -1,5 +1,6 @@
-"""Splitwise under the loss of a machine (issue 18 item 1): one of the prompt pool's two
-replicas (each on a machine of its own) lost while its KV is being handed off, on a local
+"""Splitwise under the loss of machines (issue 18 item 1): one of the prompt pool's two
+replicas (each on a machine of its own) lost while its KV is being handed off, then both
+(the whole prompt pool: its requests run whole on the token replicas), on a local
 multi-node Ray cluster running serve_config.splitwise.yaml (tests/ray/test_node_loss.py has the cluster and the
 accounting; this cluster is another module's so that the two never run at once).
 
@@ -31,3 +32,12 @@ def test_losing_a_splitwise_prompt_replica_mid_hand_off_loses_no_stream(live: Li
     result = _lose(live, "prompt-replica", "pool-prompt", at_first_token=True)
     assert result.accepted > 0 and result.lost == 0
     assert result.completed + result.errored == result.accepted
+
+
+def test_losing_the_whole_prompt_pool_runs_its_requests_on_the_token_replicas(live: LiveCluster) -> None:
+    # No prompt replica is left until the replacement machines join (after the streams):
+    # prompts waiting for one, or lost with it, run whole on their token replica, and new
+    # requests go to a token replica borrowed into the mixed pool (nothing waits for a machine).
+    result = _lose(live, "prompt-pool", "pool-prompt", at_first_token=True, every=True)
+    assert result.accepted > 0 and result.lost == 0
+    assert result.completed == result.accepted  # none refused: the token pool ran the prompts

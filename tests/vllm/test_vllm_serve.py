@@ -86,7 +86,9 @@ def test_streamed_completion_matches_hf_greedy(served: LocalServe, tiny_model: P
             text += chunk.choices[0].text
         usage = chunk.usage or usage
     assert text == _reference(tiny_model, PROMPT, 24)
-    assert chunks > 1 and usage.completion_tokens == 24
+    # Not `chunks > 1`: the replica sends what the engine made in each 50 ms (stream_flush_s),
+    # and the tiny model can make all 24 tokens in one of them (one CI run did).
+    assert chunks >= 1 and usage.completion_tokens == 24
 
 
 def test_streamed_chat_matches_hf_greedy_on_the_chat_template(served: LocalServe, tiny_model: Path) -> None:

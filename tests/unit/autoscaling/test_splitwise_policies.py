@@ -69,6 +69,18 @@ def test_a_pool_keeps_its_last_replica():
     assert s.assign(100, 10, now_s=0.0).prompt.replica_id == 0
 
 
+def test_a_phase_with_no_replica_left_borrows_the_other_pools_last_one():
+    s = scheduler(1, 1)
+    s.remove_replica(0)  # the prompt pool's only replica, lost with its machine
+    a = s.assign(100, 10, now_s=0.0)
+    assert a.prompt.replica_id == a.token.replica_id == 1 and s.role[1] is MIXED
+    s.add_replica(2, PROMPT)  # a replacement joins: prompts go to it, the borrowed replica goes home
+    assert s.assign(100, 10, now_s=1.0).prompt.replica_id == 2
+    s.finished(1, PROMPT)
+    s.rebalance(2.0)
+    assert s.role[1] is TOKEN
+
+
 def test_transfer_time_from_bytes_and_bandwidth():
     model = MODELS["llama2-70b"]
     kv = KVTransferModel(model, KVTransferConfig(link_gbps=400, layerwise_min_prompt_tokens=512))
