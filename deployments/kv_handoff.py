@@ -97,7 +97,7 @@ async def run_prompt(engine: Engine, request: Request, settings: SplitwiseServeC
 
 
 async def await_ref(ref: Any) -> Any:
-    """An ObjectRef as a coroutine (asyncio.wait_for needs one to time it out)."""
+    """An ObjectRef or a Serve response as a coroutine (asyncio.wait_for needs one to time it out)."""
     return await ref
 
 

@@ -23,7 +23,7 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponse, DeploymentRes
 
 from app.splitwise_config import SplitwiseServeConfig
 from core.request import Request
-from deployments.kv_handoff import OBJECT_STORE, KvHandle
+from deployments.kv_handoff import OBJECT_STORE, KvHandle, await_ref
 from deployments.messages import Prefilled, ReplicaChunk, Reply, Shed, SplitwiseReport
 from deployments.phase_router import ASSIGNED_REPLICA_KEY
 
@@ -32,11 +32,6 @@ PROMPT, TOKEN = "prompt", "token"
 
 def _no_replica() -> Shed:
     return Shed("no replica of a phase pool is ready", 1.0)
-
-
-async def _answer(call: DeploymentResponse) -> Prefilled:
-    """A Serve call's result as a coroutine (asyncio.wait_for cancels what it wraps)."""
-    return await call
 
 
 def _to(request: Request, placement: dict[str, Any]) -> Request:
@@ -97,8 +92,6 @@ class PhaseSplit:
         try:
             pre = await self._prefill(request, prompt, token)
             self._finish(open_phases, PROMPT)
-            if pre is None:  # given up (the coordinator counts it `unreachable`): the token replica runs the prompt too
-                pre = Prefilled(None, KvHandle(prompt["replica"], OBJECT_STORE), prompt["replica"])
             first, kv = pre.first, pre.kv
             report = SplitwiseReport(prompt_replica=pre.replica, prompt_role=prompt["role"],
                                      token_replica=token["replica"], token_role=token["role"],
@@ -134,17 +127,18 @@ class PhaseSplit:
             for phase in list(open_phases):
                 self._finish(open_phases, phase)
 
-    async def _prefill(self, request: Request, prompt: dict[str, Any], token: dict[str, Any]) -> Prefilled | None:
-        """The prompt phase's answer; None if its replica died or did not answer in time
-        (Serve's router waits for a replica of the pool without bound)."""
+    async def _prefill(self, request: Request, prompt: dict[str, Any], token: dict[str, Any]) -> Prefilled:
+        """The prompt phase's answer; if its replica died or did not answer in time (Serve's
+        router waits for a replica of the pool without bound), no first token and no KV:
+        the token replica runs the prompt too."""
         call = self.pools[prompt["deployment"]].prefill.remote(_to(request, prompt), self._settings, token["replica"])
         assert isinstance(call, DeploymentResponse)  # a unary call
         try:
-            return await asyncio.wait_for(_answer(call), self.settings.prompt_phase_timeout_s)
+            return await asyncio.wait_for(await_ref(call), self.settings.prompt_phase_timeout_s)
         except (TimeoutError, RayActorError):
             call.cancel()
             self.coordinator.unreachable.remote(prompt["id"])
-            return None
+            return Prefilled(None, KvHandle(prompt["replica"], OBJECT_STORE), prompt["replica"])
 
     def _finish(self, open_phases: dict[str, dict[str, Any]], phase: str, outcome: str | None = None) -> None:
         placement = open_phases.pop(phase)

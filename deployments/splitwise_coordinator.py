@@ -150,10 +150,9 @@ class SplitwiseCoordinator:
         """A phase could not reach its replica (lost with its machine, or not placing work):
         assign it nothing more until it answers a poll again."""
         self.counts["unreachable"] += 1
-        uid = self.names[replica_id][1] if replica_id in self.names else None
-        if uid is not None and self.known.get(uid) == replica_id:  # not since re-added
+        _, uid = self.names[replica_id]
+        if self.known.get(uid) == replica_id:  # not since re-added under a new id
             self._forget(uid)
-        self.scheduler.rebalance(time.time())
 
     def count(self, event: str, n: int = 1) -> None:
         self.counts[event] += n
