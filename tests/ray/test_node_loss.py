@@ -44,7 +44,9 @@ pytestmark = pytest.mark.ray
 MODEL = "llama2-70b-sim"
 APP = "wattwise"
 STREAMS = 12
-MAX_TOKENS = 160
+# ~12 s of tokens unresumed: on a busy machine the kill (the raylet, then its workers noticing)
+# takes seconds, and 160-token streams (~4 s) ended before it in one CI run.
+MAX_TOKENS = 480
 INGRESS_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"ingress": 1}}
 POOL_NODE = {"num_cpus": 4, "num_gpus": 8, "resources": {"pool": 100}}
 PROMPT_NODE = {"num_cpus": 2, "num_gpus": 8, "resources": {"prompt": 1}}  # one Splitwise prompt replica each
