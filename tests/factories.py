@@ -77,3 +77,6 @@ def keep_every_pool(config: dict[str, Any]) -> None:
     (admin calls on pool-short, replica counts) must not meet half-way through."""
     for pool in config["applications"][0]["args"]["pools"]:
         pool["autoscaling"]["min_replicas"] = max(pool["autoscaling"].get("min_replicas", 1), 1)
+        # ... and starts at it: the shipped long pool starts at two, which the utilisation
+        # policy may shrink at any moment, so a count read by a test would race it.
+        pool["autoscaling"]["initial_replicas"] = pool["autoscaling"]["min_replicas"]

@@ -173,11 +173,13 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
 
 
 def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
-    """The simulated pools started as the served app starts them: its initial replicas
+    """The simulated pools started as the served app starts them: its TP, initial replicas
     and replica caps, not the simulator's peak-sized provisioning."""
-    pools = {p.deployment_name: p.autoscaling for p in app.pools}
-    return [replace(s, replicas=pools[s.name].initial_replicas or pools[s.name].min_replicas,
-                    min_replicas=pools[s.name].min_replicas, max_replicas=pools[s.name].max_replicas)
+    pools = {p.deployment_name: p for p in app.pools}
+    return [replace(s, tensor_parallel=pools[s.name].engine.tensor_parallel,
+                    replicas=pools[s.name].autoscaling.initial_replicas or pools[s.name].autoscaling.min_replicas,
+                    min_replicas=pools[s.name].autoscaling.min_replicas,
+                    max_replicas=pools[s.name].autoscaling.max_replicas)
             if s.name in pools else s for s in setups]
 
 
