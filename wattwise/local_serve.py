@@ -238,6 +238,8 @@ class LocalServe:
             while time.monotonic() < deadline:
                 if self._all_pools_running():
                     return self
+                if failed := self._deploy_failure():
+                    raise DeployFailed(f"the app failed to deploy: {failed}\n(see {self.log_path})")
                 if taken := self._ports_taken_by_others():
                     raise PortTaken(f"ports {sorted(taken)} were taken by other processes before this cluster bound")
                 time.sleep(1)
@@ -245,6 +247,27 @@ class LocalServe:
         except BaseException:
             self.stop(release_ports=False)  # the cluster this call started must not outlive it
             raise
+
+    def _deploy_failure(self) -> str | None:
+        """Serve's message when the app failed to deploy (a config its builder refused, a
+        replica constructor raising), from the dashboard's REST API; None while it deploys,
+        runs, or the dashboard does not answer. Without it a bad config waits out the start's
+        timeout (three starts: 12 minutes) with its reason only in Serve's logs."""
+        try:
+            apps = httpx.get(f"http://127.0.0.1:{self.dashboard_port}/api/serve/applications/",
+                             timeout=10).json().get("applications") or {}
+        except (httpx.HTTPError, ValueError):
+            return None
+        failed = []
+        for name, app in apps.items():
+            if app.get("status") == "DEPLOY_FAILED":
+                message = str(app.get("message", "")).strip()
+                # The error is a traceback's last line (pydantic adds a link after it); the
+                # whole message follows.
+                lines = [line.strip() for line in message.splitlines()
+                         if line.strip() and not line.strip().startswith("For further information")]
+                failed.append(f"{name}: {lines[-1] if lines else 'no message'}\n{message}")
+        return "; ".join(failed) or None
 
     def _find_ray_session_dir(self) -> Path:
         """This cluster's Ray session folder (its logs), as its daemons were told it:
@@ -325,6 +348,10 @@ class LocalServe:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class DeployFailed(RuntimeError):
+    """Serve reports the app's deployment failed: starting again would fail the same way."""
 
 
 class PortTaken(RuntimeError):
