@@ -9,6 +9,7 @@
 | admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
 | the tokens one engine step may prefill: chunks whose step fits the tightest TBT target | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget) | each replica's batcher (`step_time_target_s`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
+| the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
@@ -27,7 +28,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
-from autoscaling.dynamollm.shape_planner import PoolShape, PoolShapePlanner, ShapePlannerConfig
+from autoscaling.dynamollm.shape_planner import Dilation, PoolShape, PoolShapePlanner, ShapePlannerConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -114,6 +115,10 @@ class WattwisePolicy:
             floor = math.ceil(queued / self.config.overload_queue_per_replica)
         return floor, any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats)
 
+    def _dilation(self, dep: DeploymentView | None) -> Dilation:
+        """How much slower than the profile the pool's replicas measure their steps."""
+        return self.planner.dilation([s.step_time_ratio for s in dep.replica_stats] if dep is not None else [])
+
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
         """The shape a pool runs now, from its replicas' reports."""
         if dep is None or not dep.replica_stats:
@@ -177,12 +182,13 @@ class WattwisePolicy:
             ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
+            dilation = self._dilation(dep)
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
-                                      tps=self.config.tensor_parallel_options.get(host))
+                                      tps=self.config.tensor_parallel_options.get(host), dilation=dilation)
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
-            band[host] = (self._clock_floor(dep, running, shape, rates), self.max_clock_mhz)
+            band[host] = (self._clock_floor(dep, running, shape, rates, dilation), self.max_clock_mhz)
             for cls in rates:
                 routing[cls] = {host: 1.0}
         self.planner.end_epoch(now_s)
@@ -190,14 +196,15 @@ class WattwisePolicy:
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
 
     def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
-                     rates: dict[str, float]) -> int:
+                     rates: dict[str, float], dilation: Dilation) -> int:
         """The planned clock, unless instances are on their way: until they are ready, the
         replicas already serving carry the planned load, at the clock that needs (the top one
         if they cannot). A floor planned for the full count would leave them at a low clock
         with a queue growing (throttLL'eM's per-step search weighs admitted requests only)."""
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
-        return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas))
+        return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,
+                                                           dilation))
 
     def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView) -> float:
         """Watts of the cheapest shape that carries the group's planned load on its host;
@@ -207,8 +214,9 @@ class WattwisePolicy:
             if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
                 return math.inf
         dep = view.deployments.get(group.host)
-        shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus, dep.max_replicas if dep else None,
-                                      self.config.tensor_parallel_options.get(group.host))
+        shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
+                                      dep.max_replicas if dep else None,
+                                      self.config.tensor_parallel_options.get(group.host), self._dilation(dep))
         return shape.power_w if shape is not None else math.inf
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:

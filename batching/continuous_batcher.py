@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from batching.step_budget import tbt_bounded_step_tokens
+from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
@@ -175,8 +176,13 @@ class ContinuousBatcher:
         admission: AdmissionPolicy | None = None,
         clock_policy: ClockPolicy | None = None,
         preemption: PreemptionPolicy | None = None,
+        planned_perf: PerfModel | None = None,
     ) -> None:
+        """`planned_perf`: the perf model the planner believes, when the engine's steps follow
+        another (`perf`); the replica then reports how much slower or faster its steps run
+        (batching.step_speed). None: the planner's model is the engine's own."""
         self.perf = perf
+        self.speed = StepSpeed(planned_perf) if planned_perf is not None and planned_perf is not perf else None
         self.config = config
         self.admission = admission
         self.clock_policy = clock_policy
@@ -504,6 +510,9 @@ class ContinuousBatcher:
             prefill_tokens, sum_sq, len(decodes), decode_context, self.tensor_parallel, self.clock_mhz,
         )
         self.power_w = cost.power_w
+        if self.speed is not None:
+            self.speed.record(cost.time_s, prefill_tokens, sum_sq, len(decodes), decode_context,
+                              self.tensor_parallel, self.clock_mhz)
         # The step's energy is charged by finish_step: stats() taken mid-step must not
         # also charge idle power for the same interval.
         self.accounted_until_s = now_s + cost.time_s
@@ -599,4 +608,5 @@ class ContinuousBatcher:
             batch_waiting=sum(1 for s in self.waiting if s.request.service_class == "batch"),
             class_rates_per_s=self.class_rates_per_s(now_s),
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
+            step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
         )

@@ -32,6 +32,9 @@ class ReplicaStats:
     batch_waiting: int = 0  # batch requests among queued_requests (they may wait: not overload)
     # Batch service-class arrivals over the same window (a share of class_rates_per_s).
     batch_rate_per_s: float = 0.0
+    # The engine's step time over what the planner's perf model gives for the same steps
+    # (batching.step_speed): 2.0 runs twice as slow as planned; 1.0 as planned or unmeasured.
+    step_time_ratio: float = 1.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
 

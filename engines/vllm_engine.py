@@ -39,6 +39,7 @@ from engines.vllm_placement import held_gpu_ids
 from engines.vllm_resume import Continuation
 from engines.vllm_running_batch import VllmRunningBatch
 from engines.vllm_stats import VllmStatsTracker
+from engines.vllm_step_speed import VllmStepSpeed
 
 logger = logging.getLogger(__name__)
 
@@ -137,6 +138,9 @@ class VllmEngine:
         if self.admission is not None:
             self.gate.admits = self._admits
             self.tracker.step_observers.append(lambda _step: self.gate.retry())
+        self.step_speed = self._step_speed()
+        if self.step_speed is not None:
+            self.tracker.step_observers.append(self.step_speed.observe)
         self.energy = TokenEnergyMeter.open(self.gpu_ids, lambda: self.tracker.snapshot.processed_tokens)
         self._energy_start_j = self.energy.total_j()
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
@@ -159,6 +163,16 @@ class VllmEngine:
                               block_size=batch.block_size, kv_capacity_tokens=batch.kv_blocks_total * batch.block_size)
         admission, _clock = replica_policies(perf, shape, throttllem)  # no per-step clock hook in vLLM
         return chain_admission([admission])
+
+    def _step_speed(self) -> VllmStepSpeed | None:
+        """Steps timed against the perf model the planner believes (throttLL'eM's, which is
+        the planner's for these GPUs): on GPUs only, where that model describes the device."""
+        throttllem = self.config.throttllem
+        if throttllem is None or self.config.device != "gpu":
+            return None
+        perf = default_perf_model(throttllem.model, self.config.hardware, throttllem.profile)
+        batch = self.running_batch
+        return VllmStepSpeed(perf, batch.tensor_parallel, batch.block_size, lambda: batch.clock_mhz)
 
     def _admits(self, candidate: Sequence) -> bool:
         assert self.admission is not None
@@ -196,6 +210,7 @@ class VllmEngine:
             batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
+            step_time_ratio=self.step_speed.ratio if self.step_speed is not None else 1.0,
         )
 
     def min_tbt_slo_s(self) -> float | None:

@@ -23,7 +23,7 @@ class State(StrEnum):
 
 class SimReplica:
     def __init__(self, replica_id: int, pool: str, tp: int, clock_mhz: float, start_s: float, ready_s: float,
-                 perf: PerfModel) -> None:
+                 perf: PerfModel, planned_perf: PerfModel | None = None) -> None:
         self.replica_id = replica_id
         self.pool = pool
         self.tp = tp
@@ -34,6 +34,7 @@ class SimReplica:
         self.state = State.STARTING
         self.idle_w = perf.idle_power_w(tp)
         self.perf = perf
+        self.planned_perf = planned_perf  # what the planners believe, if not `perf`
         self.batcher: ContinuousBatcher | None = None
         self.step: Step | None = None
         self.stall_until_s = 0.0
@@ -41,7 +42,7 @@ class SimReplica:
         self.wake_pending = False
 
     def become_ready(self, config: BatcherConfig) -> ContinuousBatcher:
-        self.batcher = ContinuousBatcher(self.perf, config)
+        self.batcher = ContinuousBatcher(self.perf, config, planned_perf=self.planned_perf)
         self.batcher.stats(self.ready_s)  # starts the batcher's idle accounting here
         self.state = State.READY
         return self.batcher

@@ -140,7 +140,10 @@ class Simulator:
         self.workload = workload
         self.policy = policy
         self.config = config
-        self.perf = perf or default_perf_model(config.model, config.hardware, config.profile)
+        # What every planner believes (the config's profile); replicas time their steps
+        # against it when they run another (batching.step_speed).
+        self.planned_perf = default_perf_model(config.model, config.hardware, config.profile)
+        self.perf = perf or self.planned_perf
         self.pools = {p.name: Pool(i, p) for i, p in enumerate(pools)}
         pool_of_class = {cls: p.name for p in pools for cls in p.classes}
         self.classifier = Classifier(lengths, services or default_service_classes(), pool_of_class)
@@ -366,7 +369,8 @@ class Simulator:
     def _start_replica(self, pool: Pool, now: float, delay_s: float) -> bool:
         if self.gpus_in_use + pool.tp > self.config.cluster_gpus:
             return False
-        r = SimReplica(len(self.all_replicas), pool.name, pool.tp, pool.clock_mhz, now, now + delay_s, self.perf)
+        r = SimReplica(len(self.all_replicas), pool.name, pool.tp, pool.clock_mhz, now, now + delay_s, self.perf,
+                       self.planned_perf)
         self.gpus_in_use += pool.tp
         self.all_replicas.append(r)
         pool.replicas.append(r)

@@ -276,6 +276,7 @@ BENCHES = {
     "vllm-split": "bench.vllm_split:main",
     "vllm-client": "bench.vllm_client:main",
     "live-vs-sim": "bench.live_vs_sim:main",
+    "measured-speed": "bench.measured_speed:main",
 }
 
 

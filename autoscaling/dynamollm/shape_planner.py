@@ -16,6 +16,9 @@ grow at once and shrink only after the smaller count held for
 epoch pay the reconfiguration (the shared overhead table), or at once when the current
 TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
 its ceiling the GPU's top, and the replicas' per-step clock hook searches inside it.
+The profile may be wrong for the engines that run: each pool is planned at the speed its
+replicas measure against the profile (`Dilation`, batching.step_speed), not only at the
+profile's.
 """
 
 from __future__ import annotations
@@ -56,6 +59,13 @@ class ShapePlannerConfig(BaseModel):
         "A smaller instance count must be enough for this long before the pool shrinks."))
     min_instances: int = Field(default=1, ge=0, description=(
         "Warm instances every serving pool keeps (a pool folded into another keeps none)."))
+    follow_measured_speed: bool = Field(default=True, description=(
+        "Plan each pool on the step times its replicas measure against the profile "
+        "(ReplicaStats.step_time_ratio, batching.step_speed): a pool whose engine runs f times "
+        "slower than the profile is planned as the profile's engine at f times the load and 1/f "
+        "of the SLOs. False: trust the profile."))
+    speed_deadband: float = Field(default=0.1, ge=0, description=(
+        "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile)."))
     first_epoch_s: float = Field(default=60.0, ge=0, description=(
         "The first pool epoch (a TP change may happen) comes this long after the first plan: "
         "a minute of observed load first, then the shape the operator started with may go."))
@@ -72,6 +82,25 @@ class PoolShape:
 def planning_slo(lengths: LengthClassConfig, cls: str, headroom: float, ttft_headroom: float) -> SLO:
     slo = lengths.slo(cls)
     return SLO(ttft_s=slo.ttft_s * ttft_headroom, tbt_s=slo.tbt_s * headroom)
+
+
+@dataclass(frozen=True)
+class Dilation:
+    """A pool whose engine runs `slowdown` times slower than the profile, as the profile's
+    engine sees it: time stretches by `slowdown`, so the same replicas carry 1/`slowdown` of
+    the rate within SLOs `slowdown` times as long, at the power of the profile's engine at
+    `slowdown` times the rate (each step as long, as hungry, and as many of them per request)."""
+
+    slowdown: float = 1.0
+
+    def rates(self, planned: dict[str, float]) -> dict[str, float]:
+        return planned if self.slowdown == 1.0 else {cls: r * self.slowdown for cls, r in planned.items()}
+
+    def headroom(self, share: float) -> float:
+        return share / self.slowdown
+
+
+AS_PROFILED = Dilation()
 
 
 def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
@@ -199,21 +228,30 @@ class PoolShapePlanner:
             self._next_epoch_s = now_s + self.config.first_epoch_s
         return now_s >= self._next_epoch_s
 
+    def dilation(self, step_time_ratios: list[float]) -> Dilation:
+        """How much slower than the profile a pool's replicas run (the median of what they
+        measure), or AS_PROFILED when that is within the deadband or not followed."""
+        if not self.config.follow_measured_speed or not step_time_ratios:
+            return AS_PROFILED
+        ratio = float(np.median(step_time_ratios))
+        return AS_PROFILED if abs(ratio - 1.0) <= self.config.speed_deadband else Dilation(ratio)
+
     def cheapest(self, planned: dict[str, float], gpus_available: int, max_instances: int | None = None,
-                 tps: Collection[int] | None = None) -> PoolShape | None:
+                 tps: Collection[int] | None = None, dilation: Dilation = AS_PROFILED) -> PoolShape | None:
         """The least-power shape for planned rates, under this planner's headrooms."""
         cfg = self.config
-        return cheapest_shape(self.profile, planned, self.lengths, cfg.headroom, cfg.min_instances, gpus_available,
-                              ttft_headroom=cfg.ttft_headroom, max_instances=max_instances, tps=tps)
+        return cheapest_shape(self.profile, dilation.rates(planned), self.lengths, dilation.headroom(cfg.headroom),
+                              cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
+                              max_instances=max_instances, tps=tps)
 
-    def clock_for(self, planned: dict[str, float], tp: int, instances: int) -> int:
+    def clock_for(self, planned: dict[str, float], tp: int, instances: int, dilation: Dilation = AS_PROFILED) -> int:
         """The lowest clock at which `instances` replicas at TP `tp` carry `planned` within the
         planning SLOs; the top clock when none does (short of capacity: run flat out)."""
         cfg = self.config
         if tp in self.profile.tensor_parallel_degrees:
             for clock in sorted(self.profile.clocks_mhz):
-                need = needed_instances(self.profile, planned, tp, clock, self.lengths, cfg.headroom,
-                                        cfg.ttft_headroom)
+                need = needed_instances(self.profile, dilation.rates(planned), tp, clock, self.lengths,
+                                        dilation.headroom(cfg.headroom), dilation.headroom(cfg.ttft_headroom))
                 if need is not None and need <= instances + 1e-9:
                     return clock
         return self.max_clock_mhz
@@ -225,18 +263,20 @@ class PoolShapePlanner:
 
     def plan(self, pool: str, planned: dict[str, float], gpus_available: int, backlog_instances: int,
              running: PoolShape | None, now_s: float, max_instances: int | None = None,
-             tps: Collection[int] | None = None, late: bool = False) -> PoolShape:
+             tps: Collection[int] | None = None, late: bool = False,
+             dilation: Dilation = AS_PROFILED) -> PoolShape:
         """The pool's shape now for `planned` rates (`planning_rates`, summed over the pools
         it serves). `gpus_available` counts the GPUs it holds plus the free
         ones, `max_instances` the deployment's replica cap, `tps` the TPs it may run;
         `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
         `late` (replicas over their TTFT target) asks for one instance beyond the forecast's;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
-        TP is kept until the first pool epoch)."""
+        TP is kept until the first pool epoch); `dilation` is how much slower than the
+        profile its replicas measure themselves."""
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config
-        best = self.cheapest(planned, gpus_available, max_instances, tps)
+        best = self.cheapest(planned, gpus_available, max_instances, tps, dilation)
         if best is None:  # nothing carries the load: everything at the top shape that fits
             tp = max(tps or self.profile.tensor_parallel_degrees)
             fit = min(gpus_available // tp, max_instances or gpus_available)
@@ -245,7 +285,7 @@ class PoolShapePlanner:
             self._shape[pool] = best
             return best
         if best.tensor_parallel != current.tensor_parallel:
-            same_tp = self.cheapest(planned, gpus_available, max_instances, tps=[current.tensor_parallel])
+            same_tp = self.cheapest(planned, gpus_available, max_instances, [current.tensor_parallel], dilation)
             if same_tp is not None and not (epoch and self._pays(same_tp, best)):
                 best = same_tp  # keep the TP until an epoch finds the switch worth its cost
         instances = best.instances

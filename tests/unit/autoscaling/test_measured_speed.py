@@ -1,0 +1,116 @@
+"""The one controller follows the step times its replicas measure, not only its profile:
+each replica times its steps against the planner's perf model (batching.step_speed), and
+the planner plans a pool whose engine runs f times slower as the profile's engine at f
+times the load and 1/f of the SLOs."""
+
+from dataclasses import replace
+
+import pytest
+
+from autoscaling.dynamollm.shape_planner import AS_PROFILED, Dilation, PoolShapePlanner, ShapePlannerConfig
+from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from bench.measured_speed import WORLDS, run_one
+from core.classes import LengthClassConfig
+from core.request import Request
+from core.slo import SLO
+from core.stats import ReplicaStats
+from core.view import ClusterView, DeploymentView
+from energy.calibration import default_perf_model
+from energy.profile_builder import build_profile
+from engines.vllm_stats import VllmStep
+from engines.vllm_step_speed import VllmStepSpeed
+
+LENGTHS = LengthClassConfig()
+PLANNED = "mlenergy-llama3-70b-h100"
+SLOWER = "splitwise-llama2-70b-h100"  # 1.8-3.3x slower per step than PLANNED
+
+
+@pytest.fixture(scope="module")
+def profile():
+    return build_profile(default_perf_model("llama2-70b", "h100-80gb", PLANNED))
+
+
+def _run_steps(batcher: ContinuousBatcher, requests: int = 8) -> None:
+    for i in range(requests):
+        batcher.add(Request(request_id=f"r{i}", prompt_tokens=400, max_tokens=40, length_class="SS",
+                            slo=SLO(ttft_s=1.0, tbt_s=0.1), arrival_s=0.0), 0.0)
+    now = 0.0
+    while (step := batcher.plan_step(now)) is not None:
+        batcher.finish_step(step)
+        now = step.end_s
+
+
+def test_a_replica_measures_how_much_slower_its_engine_runs_than_the_planned_model() -> None:
+    planned = default_perf_model("llama2-70b", "h100-80gb", PLANNED)
+    slower = default_perf_model("llama2-70b", "h100-80gb", SLOWER)
+    config = BatcherConfig(tensor_parallel=4)
+    off_model = ContinuousBatcher(slower, config, planned_perf=planned)
+    _run_steps(off_model)
+    assert 1.5 < off_model.stats(100.0).step_time_ratio < 4.0
+    as_planned = ContinuousBatcher(planned, config, planned_perf=planned)  # the planner's model is its own
+    _run_steps(as_planned)
+    assert as_planned.speed is None and as_planned.stats(100.0).step_time_ratio == 1.0
+    assert ContinuousBatcher(planned, config).stats(0.0).step_time_ratio == 1.0  # nothing to compare with
+
+
+def test_a_vllm_replica_times_its_busy_steps_and_not_its_idle_gaps() -> None:
+    """vLLM's step reports (when each step's outputs arrived) against the planned model:
+    steps 2.5x the model's length read 2.5; an idle pause between bursts is not a step."""
+    planned = default_perf_model("llama2-70b", "h100-80gb", PLANNED)
+    speed = VllmStepSpeed(planned, tensor_parallel=4, block_size=16, clock_mhz=lambda: 0.0)
+    t_s = 0.0
+    for _burst in range(3):
+        speed.observe(VllmStep(t_s, running=8, waiting=0, kv_blocks_used=200, prompt_tokens=0, generated_tokens=8))
+        for _ in range(20):
+            t_s += 2.5 * planned.iteration(0, 0.0, 8, 200 * 16, 4, planned.gpu.max_clock_mhz).time_s
+            speed.observe(VllmStep(t_s, running=8, waiting=0, kv_blocks_used=200, prompt_tokens=0,
+                                   generated_tokens=8))
+        speed.observe(VllmStep(t_s, running=0, waiting=0, kv_blocks_used=0, prompt_tokens=0, generated_tokens=0))
+        t_s += 30.0  # idle until the next burst
+    assert speed.ratio == pytest.approx(2.5, rel=0.02)
+
+
+def test_a_slower_pool_is_planned_with_more_instances_and_a_faster_one_with_fewer(profile) -> None:
+    planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    rates = {"SS": 30.0, "SM": 10.0}
+    gpus = {d: planner.cheapest(rates, 96, dilation=Dilation(d), tps=[2]) for d in (0.5, 1.0, 2.0)}
+    assert gpus[0.5].instances < gpus[1.0].instances < gpus[2.0].instances
+    assert gpus[2.0].power_w > gpus[1.0].power_w  # more, busier replicas
+    # A replica's clock floor follows too: the same replicas need a higher clock when slower.
+    assert planner.clock_for(rates, 2, gpus[1.0].instances, Dilation(1.3)) > gpus[1.0].clock_mhz
+
+
+def test_small_or_unfollowed_deviations_leave_the_profile_as_it_is(profile) -> None:
+    planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    assert planner.dilation([]) is AS_PROFILED
+    assert planner.dilation([1.05, 0.97, 1.08]) is AS_PROFILED  # within the deadband: noise
+    assert planner.dilation([2.1, 1.9, 5.0]).slowdown == pytest.approx(2.1)  # the median, not one outlier
+    trusting = PoolShapePlanner(profile, ShapePlannerConfig(follow_measured_speed=False), LENGTHS, 33.0, 300.0)
+    assert trusting.dilation([2.0, 2.0]) is AS_PROFILED
+
+
+def test_the_composite_plans_on_what_its_replicas_measure(profile) -> None:
+    pools = {"pool-short": ["SS", "SM", "SL"]}
+    stats = ReplicaStats(tensor_parallel=2, class_rates_per_s={"SS": 2.0, "SM": 1.0})
+
+    def plan(ratio: float) -> int:
+        policy = WattwisePolicy(WattwiseConfig(pools=pools, fold_pools=False), profile=profile)
+        reported = replace(stats, step_time_ratio=ratio)
+        view = ClusterView({"pool-short": DeploymentView("pool-short", 1, 1, 1, 64, (reported,))})
+        shape = policy.observe(view, 0.0)
+        return shape.replicas["pool-short"] * shape.tensor_parallel["pool-short"]
+
+    assert plan(2.5) > plan(1.0)
+
+
+def test_slower_replicas_meet_their_slos_when_the_planner_follows_their_measured_speed() -> None:
+    """Five minutes of the conversation trace on replicas 1.8-3.3x slower than the profile
+    the planner believes: trusting it, about a fifth of requests miss their SLO; following
+    the measured step times, nearly none do."""
+    trusting, following = (next(w for w in WORLDS if w.name == name)
+                           for name in ("slower, trusting the profile", "slower, following measured speed"))
+    blind = run_one(("conv", trusting, 0.0, 300.0))
+    measured = run_one(("conv", following, 0.0, 300.0))
+    assert measured["step_time_ratio"] > 1.5
+    assert measured["slo_attainment"]["overall"] >= 0.98 > blind["slo_attainment"]["overall"] + 0.05
