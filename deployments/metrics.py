@@ -60,6 +60,9 @@ class ReplicaMetrics:
         self.clock_target = metrics.Gauge(
             "wattwise_gpu_clock_target_mhz", "GPU clock the engine asks for (plan or throttling).", ("pool",))
         self.kv = metrics.Gauge("wattwise_kv_cache_usage_ratio", "Share of KV blocks in use.", ("pool",))
+        self.step_time_ratio = metrics.Gauge(
+            "wattwise_step_time_ratio", "The engine's step time over what the planner's perf model gives for the same "
+            "steps (1: as profiled; the controller plans the pool at this speed).", ("pool",))
         self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
         self.refused = metrics.Counter(
@@ -93,6 +96,7 @@ class ReplicaMetrics:
         if applied_clock_mhz is not None:
             self.clock.set(applied_clock_mhz, tags)
         self.kv.set(stats.kv_utilisation, tags)
+        self.step_time_ratio.set(stats.step_time_ratio, tags)
         self.running.set(stats.running_requests, tags)
         self.waiting.set(stats.queued_requests, tags)
 
