@@ -115,9 +115,9 @@ class WattwisePolicy:
             floor = math.ceil(queued / self.config.overload_queue_per_replica)
         return floor, any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats)
 
-    def _dilation(self, dep: DeploymentView | None) -> Dilation:
+    def _dilation(self, pool: str, dep: DeploymentView | None) -> Dilation:
         """How much slower than the profile the pool's replicas measure their steps."""
-        return self.planner.dilation([s.step_time_ratio for s in dep.replica_stats] if dep is not None else [])
+        return self.planner.dilation(pool, [s.step_time_ratio for s in dep.replica_stats] if dep is not None else [])
 
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
         """The shape a pool runs now, from its replicas' reports."""
@@ -182,7 +182,7 @@ class WattwisePolicy:
             ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
-            dilation = self._dilation(dep)
+            dilation = self._dilation(host, dep)
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self.config.tensor_parallel_options.get(host), dilation=dilation)
@@ -216,7 +216,7 @@ class WattwisePolicy:
         dep = view.deployments.get(group.host)
         shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
                                       dep.max_replicas if dep else None,
-                                      self.config.tensor_parallel_options.get(group.host), self._dilation(dep))
+                                      self.config.tensor_parallel_options.get(group.host), self._dilation(group.host, dep))
         return shape.power_w if shape is not None else math.inf
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:

@@ -18,7 +18,7 @@ from energy.perf_model import PerfModel
 
 class StepSpeed:
     """Measured over modelled step time, over roughly the last 1 / (1 - decay) steps;
-    1.0 until the first step (nothing says the model is wrong yet)."""
+    0.0 until the first step is timed (unmeasured: a new replica says nothing yet)."""
 
     def __init__(self, reference: PerfModel, decay: float = 0.995) -> None:
         self.reference = reference
@@ -42,4 +42,4 @@ class StepSpeed:
 
     @property
     def ratio(self) -> float:
-        return self._measured_s / self._modelled_s if self._modelled_s > 0 else 1.0
+        return self._measured_s / self._modelled_s if self._modelled_s > 0 else 0.0

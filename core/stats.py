@@ -33,7 +33,8 @@ class ReplicaStats:
     # Batch service-class arrivals over the same window (a share of class_rates_per_s).
     batch_rate_per_s: float = 0.0
     # The engine's step time over what the planner's perf model gives for the same steps
-    # (batching.step_speed): 2.0 runs twice as slow as planned; 1.0 as planned or unmeasured.
+    # (batching.step_speed): 2.0 runs twice as slow as planned; 1.0 as planned (or the engine
+    # runs the planner's model itself); 0.0 not measured yet (no step timed).
     step_time_ratio: float = 1.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)

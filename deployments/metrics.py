@@ -96,7 +96,8 @@ class ReplicaMetrics:
         if applied_clock_mhz is not None:
             self.clock.set(applied_clock_mhz, tags)
         self.kv.set(stats.kv_utilisation, tags)
-        self.step_time_ratio.set(stats.step_time_ratio, tags)
+        if stats.step_time_ratio > 0:  # 0: no step timed yet
+            self.step_time_ratio.set(stats.step_time_ratio, tags)
         self.running.set(stats.running_requests, tags)
         self.waiting.set(stats.queued_requests, tags)
 

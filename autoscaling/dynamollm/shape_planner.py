@@ -185,6 +185,7 @@ class PoolShapePlanner:
         self.max_clock_mhz = max(profile.clocks_mhz)
         self._history: dict[str, deque[tuple[float, dict[str, float], dict[str, float]]]] = {}
         self._shape: dict[str, PoolShape] = {}
+        self._dilation: dict[str, Dilation] = {}
         self._lower_since: dict[str, float] = {}
         self._next_epoch_s: float | None = None
 
@@ -228,13 +229,20 @@ class PoolShapePlanner:
             self._next_epoch_s = now_s + self.config.first_epoch_s
         return now_s >= self._next_epoch_s
 
-    def dilation(self, step_time_ratios: list[float]) -> Dilation:
+    def dilation(self, pool: str, step_time_ratios: list[float]) -> Dilation:
         """How much slower than the profile a pool's replicas run (the median of what they
-        measure), or AS_PROFILED when that is within the deadband or not followed."""
-        if not self.config.follow_measured_speed or not step_time_ratios:
+        measured; 0 is a replica that timed no step yet), or AS_PROFILED when that is within
+        the deadband or not followed. With nothing measured (every replica new, or none) the
+        pool keeps its last: a fresh replica says nothing about the engine's speed."""
+        if not self.config.follow_measured_speed:
             return AS_PROFILED
-        ratio = float(np.median(step_time_ratios))
-        return AS_PROFILED if abs(ratio - 1.0) <= self.config.speed_deadband else Dilation(ratio)
+        measured = [r for r in step_time_ratios if r > 0]
+        if not measured:
+            return self._dilation.get(pool, AS_PROFILED)
+        ratio = float(np.median(measured))
+        dilation = AS_PROFILED if abs(ratio - 1.0) <= self.config.speed_deadband else Dilation(ratio)
+        self._dilation[pool] = dilation
+        return dilation
 
     def cheapest(self, planned: dict[str, float], gpus_available: int, max_instances: int | None = None,
                  tps: Collection[int] | None = None, dilation: Dilation = AS_PROFILED) -> PoolShape | None:
@@ -260,6 +268,7 @@ class PoolShapePlanner:
         """A pool given back (folded into another): planned afresh if it serves again."""
         self._shape.pop(pool, None)
         self._lower_since.pop(pool, None)
+        self._dilation.pop(pool, None)
 
     def plan(self, pool: str, planned: dict[str, float], gpus_available: int, backlog_instances: int,
              running: PoolShape | None, now_s: float, max_instances: int | None = None,

@@ -51,6 +51,7 @@ def test_a_replica_measures_how_much_slower_its_engine_runs_than_the_planned_mod
     as_planned = ContinuousBatcher(planned, config, planned_perf=planned)  # the planner's model is its own
     _run_steps(as_planned)
     assert as_planned.speed is None and as_planned.stats(100.0).step_time_ratio == 1.0
+    assert ContinuousBatcher(slower, config, planned_perf=planned).stats(0.0).step_time_ratio == 0.0  # no step yet
     assert ContinuousBatcher(planned, config).stats(0.0).step_time_ratio == 1.0  # nothing to compare with
 
 
@@ -83,11 +84,15 @@ def test_a_slower_pool_is_planned_with_more_instances_and_a_faster_one_with_fewe
 
 def test_small_or_unfollowed_deviations_leave_the_profile_as_it_is(profile) -> None:
     planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
-    assert planner.dilation([]) is AS_PROFILED
-    assert planner.dilation([1.05, 0.97, 1.08]) is AS_PROFILED  # within the deadband: noise
-    assert planner.dilation([2.1, 1.9, 5.0]).slowdown == pytest.approx(2.1)  # the median, not one outlier
+    assert planner.dilation("p", []) is AS_PROFILED
+    assert planner.dilation("p", [1.05, 0.97, 1.08]) is AS_PROFILED  # within the deadband: noise
+    assert planner.dilation("p", [2.1, 1.9, 5.0]).slowdown == pytest.approx(2.1)  # the median, not one outlier
+    # New replicas (0: no step timed yet) neither dilute the median nor reset what was learnt.
+    assert planner.dilation("p", [0.0, 0.0, 1.9, 2.1, 5.0]).slowdown == pytest.approx(2.1)
+    assert planner.dilation("p", [0.0, 0.0]).slowdown == pytest.approx(2.1)
+    assert planner.dilation("q", [0.0]) is AS_PROFILED
     trusting = PoolShapePlanner(profile, ShapePlannerConfig(follow_measured_speed=False), LENGTHS, 33.0, 300.0)
-    assert trusting.dilation([2.0, 2.0]) is AS_PROFILED
+    assert trusting.dilation("p", [2.0, 2.0]) is AS_PROFILED
 
 
 def test_the_composite_plans_on_what_its_replicas_measure(profile) -> None:
