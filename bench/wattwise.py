@@ -7,7 +7,8 @@ Workloads: (a) the Azure conversation trace, 1 h, and its second half alone
 ("conv-heldout"); (b) the coding trace, 1 h, and its second half alone ("code-heldout");
 (c) the conversation trace with 30% of requests in the batch service class (1 h deadlines),
 and its held-out half with a Batch API job of 3,000 requests landing at once 5 min in
-("batch-dump", Chiron's W_B on top of interactive traffic);
+("batch-dump", Chiron's W_B on top of interactive traffic) or of 25,000 ("batch-deadline":
+at the Batch API's 32 requests out at once it would take ~80 min, past its 1 h deadline);
 (d) a diurnal synthetic day (2 req/s on average, 10x peak to trough, conversation lengths).
 The composite's planner settings (headrooms, margins, windows) were chosen on the
 conversation trace's first half (t < 1800 s), its bursty-pool rule (`bursty_cv`,
@@ -67,6 +68,8 @@ def workload(name: str, diurnal_hours: float, seed: int, diurnal_rate: float = 2
         w = with_batch_fraction(conv, 0.3, rng)
     elif name == "batch-dump":
         w = batch_dump(window(conv, 1800.0, 1800.0), 3000, 300.0, rng)
+    elif name == "batch-deadline":  # a job the queue's usual pace (32 out at once) cannot finish by its deadline
+        w = batch_dump(window(conv, 1800.0, 1800.0), 25000, 300.0, rng)
     elif name == "diurnal":
         w = diurnal(diurnal_rate, diurnal_hours, 10.0, rng, conv)
     else:

@@ -21,6 +21,9 @@ class ClusterPlan:
     clock_band_mhz: dict[str, tuple[int, int]] = field(default_factory=dict)
     batch_limit: dict[str, int] = field(default_factory=dict)
     routing_weights: dict[str, dict[str, float]] = field(default_factory=dict)
+    # The global batch queue's deployment -> batch requests it may have out on the pools at
+    # once (Chiron's Algorithm 2 raises it when the queue's deadlines need a faster drain).
+    batch_in_flight: dict[str, int] = field(default_factory=dict)
     # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
     # deployments (autoscaling.shadow_rollout); set by the Serve runtime, not by policies.
     serving: dict[str, str] = field(default_factory=dict)
@@ -39,6 +42,7 @@ class ClusterPlan:
             clock_band_mhz={**self.clock_band_mhz, **other.clock_band_mhz},
             batch_limit={**self.batch_limit, **other.batch_limit},
             routing_weights={**self.routing_weights, **other.routing_weights},
+            batch_in_flight={**self.batch_in_flight, **other.batch_in_flight},
             serving={**self.serving, **other.serving},
             drained={**self.drained, **other.drained},
             reason="; ".join(r for r in (self.reason, other.reason) if r),

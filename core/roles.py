@@ -20,3 +20,8 @@ class ReplicaKind(StrEnum):
     INTERACTIVE = "interactive"  # interactive requests only
     MIXED = "mixed"  # interactive first, batch requests fill the rest
     BATCH = "batch"  # batch requests only, scaled from the batch queue's deadlines
+
+
+# The global batch queue (Chiron §5.3: the Batch API's durable queue in Serve, the simulator's
+# backlog) reports its request groups as a deployment of this name in both runtimes.
+BATCH_QUEUE_DEPLOYMENT = "batch-queue"

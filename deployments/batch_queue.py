@@ -3,7 +3,9 @@
 One replica owns the SQLite file. It feeds pending requests, earliest deadline first,
 to the ingress's batch path (which picks batch replicas, else mixed ones) with a bounded
 number in flight, records each result, and reports the queue's request groups as
-autoscaling metrics for Chiron's global autoscaler.
+autoscaling metrics for Chiron's global autoscaler. The bound is the configured
+`max_in_flight`, or more while the controller's plan says the queue's deadlines need it
+(the one controller's Chiron layer, `ClusterPlan.batch_in_flight`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from ray import serve
 from app.batch_store import BatchInputError, BatchStore, PendingRequest
 from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
 from autoscaling.chiron.queue_summary import summarise_queue
+from core.plan import ClusterPlan
+from core.roles import BATCH_QUEUE_DEPLOYMENT
+from deployments.plan_store import follow_plan
 
 logger = logging.getLogger("ray.serve")
 
@@ -28,11 +33,13 @@ class BatchQueue:
                  poll_s: float = 0.5) -> None:
         self.store = BatchStore(db_path)
         self.ingress_name = ingress_name
-        self.max_in_flight = max_in_flight
+        self.in_flight_floor = max_in_flight  # the configured bound
+        self.max_in_flight = max_in_flight  # the bound now: the floor, or the plan's if higher
         self.poll_s = poll_s
         self.lengths = OutputLengthStats()
         self._in_flight: set[tuple[str, int]] = set()
         self._worker: asyncio.Task | None = None
+        self._follower: asyncio.Task | None = None
 
     # ---- the API the ingress forwards ----------------------------------------------
     def add_file(self, content: bytes, filename: str, purpose: str) -> dict[str, Any]:
@@ -57,8 +64,15 @@ class BatchQueue:
 
     # ---- the worker ----------------------------------------------------------------
     def _ensure_worker(self) -> None:
+        loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done():
-            self._worker = asyncio.get_running_loop().create_task(self._work())
+            self._worker = loop.create_task(self._work())
+        if self._follower is None or self._follower.done():
+            self._follower = loop.create_task(follow_plan(serve.get_replica_context().app_name, self.apply_plan))
+
+    def apply_plan(self, plan: ClusterPlan) -> None:
+        """The controller's bound on requests out at once, never below the configured one."""
+        self.max_in_flight = max(self.in_flight_floor, plan.batch_in_flight.get(BATCH_QUEUE_DEPLOYMENT, 0))
 
     async def check_health(self) -> None:
         """Serve calls this every few seconds: it also restarts the worker after a restart."""

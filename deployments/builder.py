@@ -24,6 +24,7 @@ from ray.serve.handle import DeploymentHandle
 from app.config import AppConfig, PoolConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
+from core.roles import BATCH_QUEUE_DEPLOYMENT
 from deployments.batch_queue import BatchQueue
 from deployments.gateway import Gateway
 from deployments.ingress import Ingress
@@ -158,6 +159,7 @@ def _batch_queue(config: AppConfig) -> Application:
     """One replica owns the SQLite queue; autoscaled 1..1 so its metrics reach the policy."""
     # mypy keeps a class decorator's input type (python/mypy#3135): BatchQueue is a Deployment.
     return BatchQueue.options(  # type: ignore[attr-defined]
+        name=BATCH_QUEUE_DEPLOYMENT,  # the name the policies read its request groups under
         ray_actor_options={"num_cpus": 0.05},
         autoscaling_config={"min_replicas": 1, "max_replicas": 1, "metrics_interval_s": 0.5,
                             "look_back_period_s": 2.0},

@@ -27,7 +27,7 @@ from core.classes import LengthClassConfig, ServiceClass, default_service_classe
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
 from core.request import Request
-from core.roles import Phase, ReplicaKind
+from core.roles import BATCH_QUEUE_DEPLOYMENT, Phase, ReplicaKind
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.perf_model import PerfModel
@@ -154,6 +154,8 @@ class Simulator:
         # the classifier), at most `config.batch_in_flight` of them out on the pools.
         self.batch_backlog: deque[tuple[Request, str]] = deque()
         self.batch_out: set[str] = set()
+        # How many may be out at once: the config's, until a plan raises it (Chiron's deadlines).
+        self.batch_in_flight = config.batch_in_flight
         self.preempted: dict[str, Sequence] = {}  # batch requests back in the queue, with their tokens
         self.output_lengths = OutputLengthStats()
         self.on_progress = on_progress
@@ -262,7 +264,7 @@ class Simulator:
     def _release_batch(self, now: float) -> None:
         """Send queued batch requests (deadline order: they share a target, so arrival order)
         to their pools while fewer than `batch_in_flight` are out."""
-        limit = self.config.batch_in_flight
+        limit = self.batch_in_flight
         while self.batch_backlog and limit is not None and len(self.batch_out) < limit:
             request, pool_name = self.batch_backlog.popleft()
             self.batch_out.add(request.request_id)
@@ -432,10 +434,11 @@ class Simulator:
                 replica_stats=tuple(r.ready_batcher.stats(now) for r in ready),
                 queued_outside=float(len(pool.outside)),
             )
-        if self.kinds:
-            queue = [QueuedBatchRequest(q.arrival_s, q.arrival_s + q.slo.ttft_s) for q in self.batch_queue]
-            deployments["batch-queue"] = DeploymentView(
-                "batch-queue", 1, 1, 1, 1, extra_metrics=summarise_queue(queue, self.output_lengths))
+        if self.kinds or self.batch_in_flight is not None:  # the global queue: Chiron's, or the Batch API's
+            waiting = [*self.batch_queue, *(request for request, _ in self.batch_backlog)]
+            queue = [QueuedBatchRequest(q.arrival_s, q.arrival_s + q.slo.ttft_s) for q in waiting]
+            deployments[BATCH_QUEUE_DEPLOYMENT] = DeploymentView(
+                BATCH_QUEUE_DEPLOYMENT, 1, 1, 1, 1, extra_metrics=summarise_queue(queue, self.output_lengths))
         return ClusterView(deployments)
 
     def _local_autoscale(self, now: float) -> None:
@@ -478,6 +481,9 @@ class Simulator:
     def _apply(self, plan: ClusterPlan, now: float) -> None:
         if plan.routing_weights:
             self.router.set_weights(plan.routing_weights)
+        if BATCH_QUEUE_DEPLOYMENT in plan.batch_in_flight and self.batch_in_flight is not None:
+            self.batch_in_flight = max(plan.batch_in_flight[BATCH_QUEUE_DEPLOYMENT], self.config.batch_in_flight or 0)
+            self._release_batch(now)
         for pool in self.pools.values():
             name = pool.name
             if name in plan.tensor_parallel:

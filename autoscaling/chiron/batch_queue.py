@@ -56,17 +56,33 @@ def group_requests(queue: list[QueuedBatchRequest], window_s: float = 300.0) -> 
     return groups
 
 
-def group_waits_s(groups: list[RequestGroup], mean_tokens: float, std_tokens: float, tokens_per_s: float,
-                  z: float = 1.645) -> list[float]:
-    """Estimated time until each group's last request starts (eq. 1, CLT quantile)."""
-    waits = []
+def tokens_ahead(groups: list[RequestGroup], mean_tokens: float, std_tokens: float,
+                 z: float = 1.645) -> list[float]:
+    """Per group: the output tokens served before its last request starts (eq. 1's
+    numerator, at the CLT's `z`-quantile)."""
+    tokens = []
     before = 0
     for g in groups:
         ahead = before + g.count - 1  # requests served before the group's last one starts
-        tokens = ahead * mean_tokens + z * math.sqrt(ahead) * std_tokens
-        waits.append(tokens / tokens_per_s if tokens_per_s > 0 else (0.0 if ahead == 0 else math.inf))
+        tokens.append(ahead * mean_tokens + z * math.sqrt(ahead) * std_tokens)
         before += g.count
-    return waits
+    return tokens
+
+
+def group_waits_s(groups: list[RequestGroup], mean_tokens: float, std_tokens: float, tokens_per_s: float,
+                  z: float = 1.645) -> list[float]:
+    """Estimated time until each group's last request starts (eq. 1, CLT quantile)."""
+    return [t / tokens_per_s if tokens_per_s > 0 else (0.0 if t == 0 else math.inf)
+            for t in tokens_ahead(groups, mean_tokens, std_tokens, z)]
+
+
+def deadline_tokens_per_s(groups: list[RequestGroup], now_s: float, mean_tokens: float, std_tokens: float,
+                          late_slack_s: float = 1.0) -> float:
+    """The least token throughput at which BBP (eq. 2) is zero: every group's tokens ahead
+    served before its deadline. A group already past its deadline needs its tokens ahead
+    within `late_slack_s` (as fast as the pools can go; the plan caps it)."""
+    return max((t / max(g.deadline_s - now_s, late_slack_s)
+                for g, t in zip(groups, tokens_ahead(groups, mean_tokens, std_tokens), strict=True)), default=0.0)
 
 
 def batch_backpressure(groups: list[RequestGroup], now_s: float, mean_tokens: float, std_tokens: float,

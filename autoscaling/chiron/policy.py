@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaling.chiron.batch_queue import batch_instances_needed
 from autoscaling.chiron.queue_summary import groups_from_metrics
 from core.plan import ClusterPlan
+from core.roles import BATCH_QUEUE_DEPLOYMENT
 from core.view import ClusterView, DeploymentView
 
 
@@ -28,7 +29,7 @@ class ChironConfig(BaseModel):
     mixed: str = Field(default="pool-mixed", description=(
         "Deployment of the mixed replicas (interactive first, batch fills)."))
     batch: str = Field(default="pool-batch", description="Deployment of the batch replicas.")
-    queue: str = Field(default="batch-queue", description="The deployment reporting the global batch queue.")
+    queue: str = Field(default=BATCH_QUEUE_DEPLOYMENT, description="The deployment reporting the global batch queue.")
     theta: float = Field(default=1 / 3, gt=0, lt=1, description=(
         "Target IBP (share of interactive and mixed replicas running interactive requests): the "
         "over-provisioning for spikes; Chiron: 1/3 when the tail arrival spike is 3x the mean."))

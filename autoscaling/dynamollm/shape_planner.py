@@ -192,10 +192,12 @@ class PoolShapePlanner:
     def shape(self, pool: str) -> PoolShape | None:
         return self._shape.get(pool)
 
-    def planning_rates(self, pool: str, rates: dict[str, float], batch_rate: float, now_s: float) -> dict[str, float]:
+    def planning_rates(self, pool: str, rates: dict[str, float], batch_rate: float, now_s: float,
+                       batch_floor: dict[str, float] | None = None) -> dict[str, float]:
         """Per class: the trailing peak of the interactive rate plus the burst margin, and
         the batch rate's mean over the batch window (the batch share of each class is the
-        pool's batch share: replicas report batch arrivals as one rate)."""
+        pool's batch share: replicas report batch arrivals as one rate), or `batch_floor`'s
+        rate for the class where that is higher (what the batch queue's deadlines need)."""
         total = sum(rates.values())
         share = min(batch_rate / total, 1.0) if total > 0 else 0.0
         history = self._history.setdefault(pool, deque())
@@ -218,8 +220,9 @@ class PoolShapePlanner:
             for cls, r in batch.items():
                 batch_sum[cls] = batch_sum.get(cls, 0.0) + r
         planned = {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
-        for cls, r in batch_sum.items():
-            planned[cls] = planned.get(cls, 0.0) + r / len(history)
+        floor = batch_floor or {}
+        for cls in batch_sum.keys() | floor.keys():
+            planned[cls] = planned.get(cls, 0.0) + max(batch_sum.get(cls, 0.0) / len(history), floor.get(cls, 0.0))
         return planned
 
     def at_epoch(self, now_s: float) -> bool:
