@@ -64,11 +64,13 @@ class BatchQueue:
 
     # ---- the worker ----------------------------------------------------------------
     def _ensure_worker(self) -> None:
-        loop = asyncio.get_running_loop()
+        """Start the worker and the plan follower (Serve's first health check does, on the
+        replica's loop: the sync API methods run in threads and find both running)."""
         if self._worker is None or self._worker.done():
-            self._worker = loop.create_task(self._work())
+            self._worker = asyncio.get_running_loop().create_task(self._work())
         if self._follower is None or self._follower.done():
-            self._follower = loop.create_task(follow_plan(serve.get_replica_context().app_name, self.apply_plan))
+            app_name = serve.get_replica_context().app_name
+            self._follower = asyncio.get_running_loop().create_task(follow_plan(app_name, self.apply_plan))
 
     def apply_plan(self, plan: ClusterPlan) -> None:
         """The controller's bound on requests out at once, never below the configured one."""

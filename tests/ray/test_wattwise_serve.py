@@ -57,6 +57,10 @@ def test_composite_serves_chat_and_batch_jobs_and_moves_clocks_inside_the_planne
         batch_file = client.files.create(file=("jobs.jsonl", _batch_file(12)), purpose="batch")
         batch = client.batches.create(input_file_id=batch_file.id, endpoint="/v1/completions",
                                       completion_window="24h")
+        # The Batch API queue's request groups reach the one controller: its Chiron layer
+        # (Algorithm 2 on the deadlines) plans how many batch requests may be out at once.
+        wait_for(lambda: "batch-queue" in served.admin("GET", "/admin/plan").json()["plan"].get("batch_in_flight", {}),
+                 120, "the plan's batch_in_flight for the Batch API queue")
         shapes = [(20, 60), (600, 40), (2000, 30)] * 8  # short, medium and long prompts
         with ThreadPoolExecutor(8) as pool:
             answers = list(pool.map(lambda s: _chat(client, *s), shapes))
