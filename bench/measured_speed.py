@@ -65,7 +65,8 @@ def run_one(job: tuple[str, World, float, float]) -> dict[str, Any]:
         policy.planner.config = policy.planner.config.model_copy(update={"follow_measured_speed": False})
     perf = default_perf_model(config.model, config.hardware, world.replicas_profile)
     raw = Simulator(w, policy, pools, config, perf=perf).run()
-    ratios = [r.batcher.speed.ratio for r in raw.replicas if r.batcher is not None and r.batcher.speed is not None]
+    ratios = [r.batcher.speed.ratio for r in raw.replicas if r.batcher is not None and r.batcher.speed is not None
+              and r.batcher.speed.ratio > 0]  # replicas that timed a step
     return {"trace": trace, "world": world.name, **summarise(raw, config),
             "step_time_ratio": sum(ratios) / len(ratios) if ratios else 1.0}
 

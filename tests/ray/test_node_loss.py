@@ -99,17 +99,22 @@ class LiveCluster:
         self.http_port = free_port()
         self.cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
         self.kinds: dict[str, dict[str, Any]] = {}  # node id -> the kind of node it is
-        for kind in (INGRESS_NODE, INGRESS_NODE, POOL_NODE, POOL_NODE, *([PROMPT_NODE] * 2 if splitwise else [])):
-            self.add(kind)
-        self.cluster.wait_for_nodes()
-        ray.init(address=self.cluster.address, namespace="wattwise-tests", log_to_driver=False)
-        self.config_path = self.workdir / "serve_config.yaml"
-        self.config_path.write_text(yaml.safe_dump(self._config(), sort_keys=False))
-        self._pin_plan_store_to_a_worker()
-        with open(self.workdir / "serve.log", "a") as log:
-            subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.cluster.address, str(self.config_path)],
-                           env=os.environ, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
-        wait_for(self.ready, 600, "the app to start on the cluster", poll_s=0.5)
+        try:
+            for kind in (INGRESS_NODE, INGRESS_NODE, POOL_NODE, POOL_NODE, *([PROMPT_NODE] * 2 if splitwise else [])):
+                self.add(kind)
+            self.cluster.wait_for_nodes()
+            ray.init(address=self.cluster.address, namespace="wattwise-tests", log_to_driver=False)
+            self.config_path = self.workdir / "serve_config.yaml"
+            self.config_path.write_text(yaml.safe_dump(self._config(), sort_keys=False))
+            self._pin_plan_store_to_a_worker()
+            with open(self.workdir / "serve.log", "a") as log:
+                subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.cluster.address,
+                                str(self.config_path)], env=os.environ, stdout=log, stderr=subprocess.STDOUT,
+                               check=True, timeout=300)
+            wait_for(self._started, 600, "the app to start on the cluster", poll_s=0.5)
+        except BaseException:  # a cluster that never served must not outlive the test, nor its driver
+            self.shutdown()
+            raise
 
     def add(self, kind: dict[str, Any]) -> Any:
         """A worker of `kind` joins (at start, or replacing a lost one)."""
@@ -135,7 +140,8 @@ class LiveCluster:
         placed = [{"name": "Ingress", "ray_actor_options": {"num_cpus": 0.2, "resources": {"ingress": 1}}}]
         for pool in args["pools"]:  # one replica each: losing its node is losing the pool
             prompt = pool.get("phase") == "prompt"  # Splitwise's prompt pool: one on each prompt node
-            pool["autoscaling"].update({"min_replicas": 2 if prompt else 1, "max_replicas": 2 if prompt else 1})
+            n = 2 if prompt else 1
+            pool["autoscaling"].update({"min_replicas": n, "initial_replicas": n, "max_replicas": n})
             node = "prompt" if prompt else "pool"
             placed.append({"name": f"pool-{pool['name']}",
                            "ray_actor_options": {"num_cpus": 0.1, "resources": {node: 1}}})
@@ -162,6 +168,16 @@ class LiveCluster:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.http_port}"
+
+    def _started(self) -> bool:
+        """Ready, or raise at once when Serve says the app failed to deploy (a config the
+        app refuses would otherwise wait out the whole start)."""
+        from ray import serve
+
+        app = serve.status().applications.get(APP)
+        if app is not None and app.status == "DEPLOY_FAILED":
+            raise RuntimeError(f"the app failed to deploy: {app.message}")
+        return self.ready()
 
     def ready(self) -> bool:
         try:
