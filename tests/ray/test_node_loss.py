@@ -171,12 +171,20 @@ class LiveCluster:
 
     def _started(self) -> bool:
         """Ready, or raise at once when Serve says the app failed to deploy (a config the
-        app refuses would otherwise wait out the whole start)."""
-        from ray import serve
+        app refuses would otherwise wait out the whole start). Asks this cluster's Serve
+        controller itself: `serve.status()` keeps a client of the first cluster this process
+        saw (an earlier module's)."""
+        import ray
+        from ray.serve._private.constants import SERVE_CONTROLLER_NAME, SERVE_NAMESPACE
 
-        app = serve.status().applications.get(APP)
-        if app is not None and app.status == "DEPLOY_FAILED":
-            raise RuntimeError(f"the app failed to deploy: {app.message}")
+        try:
+            controller = ray.get_actor(SERVE_CONTROLLER_NAME, namespace=SERVE_NAMESPACE)
+            details = ray.get(controller.get_serve_instance_details.remote(), timeout=60)
+        except (ValueError, ray.exceptions.RayError):  # not started yet, or busy: ask again
+            return False
+        app = (details.get("applications") or {}).get(APP) or {}
+        if app.get("status") == "DEPLOY_FAILED":
+            raise RuntimeError(f"the app failed to deploy: {app.get('message')}")
         return self.ready()
 
     def ready(self) -> bool:
