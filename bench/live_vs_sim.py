@@ -59,9 +59,9 @@ from energy.perf_model import PerfModel, PhaseFit
 from engines.latency_profiling import prompt_of_tokens
 from engines.vllm_config import VllmEngineConfig
 from sim.config import SimConfig
+from sim.scenario import as_the_app_starts, within_the_app_limits
 from sim.simulator import PoolSetup, Simulator
 from sim.workload import Workload
-from wattwise.demo import as_the_app_starts
 from wattwise.local_serve import LocalServe
 from wattwise.streamed_completion import StreamedCompletion, stream_completion
 
@@ -226,8 +226,9 @@ def simulate(requests: Sequence[ReplayRequest], sent_s: Sequence[float], served:
     w = Workload(np.asarray(sent_s, dtype=float)[order], np.array([requests[i].prompt_tokens for i in order]),
                  np.array([requests[i].output_tokens for i in order]), np.ones(len(order), dtype=bool))
     pool, engine = served.pool, served.engine
-    setups = as_the_app_starts([PoolSetup(pool.deployment_name, tuple(pool.classes), engine.tensor_parallel,
-                                          perf.gpu.max_clock_mhz, 1)], served.app)
+    setups = within_the_app_limits(as_the_app_starts(
+        [PoolSetup(pool.deployment_name, tuple(pool.classes), engine.tensor_parallel, perf.gpu.max_clock_mhz, 1)],
+        served.app), served.app)
     config = SimConfig(hardware=perf.gpu.name, batch_limit=engine.batch_limit, max_batched_tokens=step_tokens,
                        length_prediction="oracle")
     policy = make_policy(served.policy, **served.policy_kwargs)

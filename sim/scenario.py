@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
+import yaml
 
-from app.config import default_pools
+from app.config import AppConfig, default_pools
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import SplitwiseConfig
@@ -23,6 +24,7 @@ from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
 from core.classes import LengthClassConfig
+from core.paths import SERVE_CONFIG
 from core.policy import ControlPolicy
 from core.roles import Phase, ReplicaKind
 from energy.calibration import default_perf_model
@@ -184,6 +186,28 @@ def with_throttllem(setups: list[PoolSetup], config: SimConfig) -> list[PoolSetu
     return [replace(s, batcher_policies=policies) for s in setups]
 
 
+def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
+    """The simulated pools started as the served app starts them (its TP and initial
+    replicas), not the simulator's peak-sized provisioning."""
+    pools = {p.deployment_name: p for p in app.pools}
+    return [replace(s, tensor_parallel=pools[s.name].engine.tensor_parallel,
+                    replicas=pools[s.name].autoscaling.initial_replicas or pools[s.name].autoscaling.min_replicas)
+            if s.name in pools else s for s in setups]
+
+
+def within_the_app_limits(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
+    """The simulated pools held to the served app's replica bounds (a replay of the app
+    itself; a trace at cluster scale would outgrow a local config's caps)."""
+    pools = {p.deployment_name: p.autoscaling for p in app.pools}
+    return [replace(s, min_replicas=pools[s.name].min_replicas, max_replicas=pools[s.name].max_replicas)
+            if s.name in pools else s for s in setups]
+
+
+def shipped_app() -> AppConfig:
+    """The app `serve_config.yaml` (the default a user serves) describes."""
+    return AppConfig(**yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"])
+
+
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
 ) -> tuple[list[PoolSetup], ControlPolicy]:
@@ -203,12 +227,14 @@ def build(
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware,
                                    profile=config.profile)
     if name == "wattwise":
+        # The pools start as serve_config.yaml starts them (the controller's low-load shape).
         # Chiron's layer on every replica: batch work yields to interactive work.
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
         # Each step fits the tightest TBT target of the classes (a pool may host them all).
         step_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
-        setups = [replace(s, interactive_first=True, min_replicas=0, step_time_target_s=step_s)
-                  for s in with_throttllem(setups, config)]
+        setups = [replace(s, tensor_parallel=start_tp(s.name, s.tensor_parallel, config, picks_tp=True),
+                          interactive_first=True, min_replicas=0, step_time_target_s=step_s)
+                  for s in with_throttllem(as_the_app_starts(setups, shipped_app()), config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)

@@ -15,22 +15,19 @@ import json
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
 import openai
-import yaml
 
-from app.config import AppConfig
 from core.efficiency import joules_per_generated_token
-from core.paths import SERVE_CONFIG
 from energy.profiles import profile_label
 from sim.config import SimConfig
 from sim.metrics import summarise as summarise_run
-from sim.scenario import build
-from sim.simulator import PoolSetup, Simulator
+from sim.scenario import build, shipped_app, within_the_app_limits
+from sim.simulator import Simulator
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
 from wattwise.streamed_completion import extra_fields, stream_completion
@@ -172,28 +169,17 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
     }
 
 
-def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
-    """The simulated pools started as the served app starts them: its TP, initial replicas
-    and replica caps, not the simulator's peak-sized provisioning."""
-    pools = {p.deployment_name: p for p in app.pools}
-    return [replace(s, tensor_parallel=pools[s.name].engine.tensor_parallel,
-                    replicas=pools[s.name].autoscaling.initial_replicas or pools[s.name].autoscaling.min_replicas,
-                    min_replicas=pools[s.name].autoscaling.min_replicas,
-                    max_replicas=pools[s.name].autoscaling.max_replicas)
-            if s.name in pools else s for s in setups]
-
-
 def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
     """The simulator on the same window: the composite as the app ran it, and SinglePool
     provisioned for the window's peak (its definition)."""
     w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
-    app = AppConfig(**yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"])
     config = SimConfig()
+    app = shipped_app()
     out = {}
     for policy in ("wattwise", "singlepool"):
         setups, controller = build(policy, w, config)
         if policy == "wattwise":
-            setups = as_the_app_starts(setups, app)
+            setups = within_the_app_limits(setups, app)
         summary = summarise_run(Simulator(w, controller, setups, config).run(), config)
         out[policy] = {"j_per_token": summary["j_per_token"], "slo_attainment": summary["slo_attainment"]["overall"],
                        "gpu_hours": summary["gpu_hours"], "energy_j": summary["energy_j"]}
