@@ -163,8 +163,7 @@ class WattwisePolicy:
             return None
         itl_s = max((s.itl_ewma_s for name in self.config.pools if (dep := view.deployments.get(name))
                      for s in dep.replica_stats), default=0.0) or 0.05
-        return self._deadlines.demand(queue.extra_metrics, now_s,
-                                      queue.extra_metrics.get("output_mean_tokens", 200.0) * itl_s)
+        return self._deadlines.demand(queue.extra_metrics, now_s, itl_s)
 
     @staticmethod
     def _batch_floor(demand: BatchDemand | None, arrivals: dict[str, float],

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from core.roles import BATCH_QUEUE_DEPLOYMENT
+
 
 @dataclass(frozen=True)
 class ClusterPlan:
@@ -31,6 +33,11 @@ class ClusterPlan:
     # requests. Layered in by the plan store, so every ingress replica sees the same.
     drained: dict[str, bool] = field(default_factory=dict)
     reason: str = ""
+
+    def queue_in_flight(self, floor: int) -> int:
+        """The global batch queue's bound on requests out at once, as every runtime applies
+        it: the plan's, never below the runtime's own `floor` (the Batch API's max_in_flight)."""
+        return max(floor, self.batch_in_flight.get(BATCH_QUEUE_DEPLOYMENT, 0))
 
     def merge(self, other: ClusterPlan) -> ClusterPlan:
         """Fields set in `other` win; the rest are kept."""

@@ -21,7 +21,6 @@ from app.batch_store import BatchInputError, BatchStore, PendingRequest
 from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
 from autoscaling.chiron.queue_summary import summarise_queue
 from core.plan import ClusterPlan
-from core.roles import BATCH_QUEUE_DEPLOYMENT
 from deployments.plan_store import follow_plan
 
 logger = logging.getLogger("ray.serve")
@@ -74,7 +73,7 @@ class BatchQueue:
 
     def apply_plan(self, plan: ClusterPlan) -> None:
         """The controller's bound on requests out at once, never below the configured one."""
-        self.max_in_flight = max(self.in_flight_floor, plan.batch_in_flight.get(BATCH_QUEUE_DEPLOYMENT, 0))
+        self.max_in_flight = plan.queue_in_flight(self.in_flight_floor)
 
     async def check_health(self) -> None:
         """Serve calls this every few seconds: it also restarts the worker after a restart."""

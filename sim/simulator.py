@@ -482,7 +482,7 @@ class Simulator:
         if plan.routing_weights:
             self.router.set_weights(plan.routing_weights)
         if BATCH_QUEUE_DEPLOYMENT in plan.batch_in_flight and self.batch_in_flight is not None:
-            self.batch_in_flight = max(plan.batch_in_flight[BATCH_QUEUE_DEPLOYMENT], self.config.batch_in_flight or 0)
+            self.batch_in_flight = plan.queue_in_flight(self.config.batch_in_flight or 0)
             self._release_batch(now)
         for pool in self.pools.values():
             name = pool.name

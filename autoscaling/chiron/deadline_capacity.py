@@ -49,9 +49,9 @@ class DeadlineCapacity:
     def __init__(self, config: DeadlineCapacityConfig) -> None:
         self.config = config
 
-    def demand(self, queue_metrics: dict[str, float], now_s: float, request_s: float) -> BatchDemand:
-        """`request_s`: how long one batch request spends on a replica (its output tokens at
-        the pools' time between tokens), for the concurrency the rate needs."""
+    def demand(self, queue_metrics: dict[str, float], now_s: float, itl_s: float) -> BatchDemand:
+        """`itl_s`: the pools' time between tokens; a batch request's mean output at it is the
+        time one spends on a replica, which sets the concurrency the rate needs."""
         cfg = self.config
         groups = groups_from_metrics(queue_metrics)
         if not cfg.enabled or not groups:
@@ -61,5 +61,5 @@ class DeadlineCapacity:
         # Planning into a share of each deadline is planning against deadlines that near.
         shrunk = [replace(g, deadline_s=now_s + (g.deadline_s - now_s) * cfg.deadline_margin) for g in groups]
         rate = deadline_tokens_per_s(shrunk, now_s, mean, std) / max(mean, 1.0)
-        in_flight = min(math.ceil(rate * request_s), cfg.max_in_flight)
+        in_flight = min(math.ceil(rate * mean * itl_s), cfg.max_in_flight)
         return BatchDemand(rate, in_flight)

@@ -44,14 +44,17 @@ def _queue(n: int, deadline_s: float) -> dict[str, float]:
 
 def test_a_queue_that_fits_its_deadline_needs_little_and_one_that_does_not_needs_more() -> None:
     layer = DeadlineCapacity(DeadlineCapacityConfig())
-    assert layer.demand({}, 0.0, request_s=10.0).requests_per_s == 0.0
-    small, big = layer.demand(_queue(1000, 3600.0), 0.0, 10.0), layer.demand(_queue(30000, 3600.0), 0.0, 10.0)
+    itl_s = 0.05
+    assert layer.demand({}, 0.0, itl_s).requests_per_s == 0.0
+    queue = _queue(30000, 3600.0)
+    small, big = layer.demand(_queue(1000, 3600.0), 0.0, itl_s), layer.demand(queue, 0.0, itl_s)
     assert 0 < small.requests_per_s < big.requests_per_s
-    # Little's law: the rate times the time one request spends on a replica.
-    assert big.in_flight == pytest.approx(big.requests_per_s * 10.0, abs=1)
-    capped = DeadlineCapacity(DeadlineCapacityConfig(max_in_flight=64)).demand(_queue(30000, 3600.0), 0.0, 10.0)
+    # Little's law: the rate times the time one request spends on a replica (its mean output).
+    request_s = queue["output_mean_tokens"] * itl_s
+    assert big.in_flight == pytest.approx(big.requests_per_s * request_s, abs=1)
+    capped = DeadlineCapacity(DeadlineCapacityConfig(max_in_flight=64)).demand(queue, 0.0, itl_s)
     assert capped.in_flight == 64
-    off = DeadlineCapacity(DeadlineCapacityConfig(enabled=False)).demand(_queue(30000, 3600.0), 0.0, 10.0)
+    off = DeadlineCapacity(DeadlineCapacityConfig(enabled=False)).demand(queue, 0.0, itl_s)
     assert (off.requests_per_s, off.in_flight) == (0.0, 0)
 
 
