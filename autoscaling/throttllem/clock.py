@@ -3,6 +3,9 @@
 After an admission (and every `clock_refresh_s` as requests finish) a binary search
 finds the lowest supported clock at which the projection still passes the scheduler's
 TBT and deadline checks; while a lost request runs, max clock instead (best effort).
+The paper's scoreboard holds admitted requests only: prompts waiting to prefill also
+get their TTFT (autoscaling/throttllem/prompt_deadlines.py), checked at every step
+while any wait, so a burst raises the clock before the queue makes them late.
 Raising applies at once; lowering at most every `clock_lower_interval_s`, since each
 change stalls the GPU. The batcher applies the clock before its next step, so the
 search never delays a request; a replica on real GPUs forwards the change to the
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
+from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
 from batching.continuous_batcher import ContinuousBatcher
 
@@ -42,11 +46,18 @@ class ThrottllemClock:
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
+        prompts = (prompt_deadline_clock_mhz(batcher, p.synced_table.clocks_mhz, now_s)
+                   if batcher.waiting else None)
+        if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_mhz:
+            self.changes += 1
+            return prompts
         if not p.changed and now_s - self._searched_s < self.config.clock_refresh_s:
             return None
         p.changed = False
         self._searched_s = now_s
         target = self.target_clock_mhz(now_s)
+        if prompts is not None:
+            target = prompts if target is None else max(target, prompts)
         if target is None or target == batcher.clock_mhz:
             return None
         if target < batcher.clock_mhz:

@@ -1,0 +1,77 @@
+"""The clock waiting prompts need for their TTFT (throttLL'eM's clock, extended to the queue)."""
+
+import numpy as np
+
+from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
+from autoscaling.throttllem.replica_policies import replica_policies
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from core.request import Request
+from core.slo import SLO
+from energy.calibration import default_perf_model
+
+PERF = default_perf_model("llama2-70b", "h100-80gb")
+CLOCKS = np.array(sorted(float(c) for c in PERF.gpu.supported_clocks_mhz()))
+TP = 2
+
+
+def _batcher() -> ContinuousBatcher:
+    return ContinuousBatcher(PERF, BatcherConfig(tensor_parallel=TP, clock_mhz=CLOCKS[0], step_time_target_s=0.1))
+
+
+def _prompt(i: int, prompt_tokens: int, ttft_s: float, service_class: str = "interactive") -> Request:
+    return Request(str(i), prompt_tokens, 50, 0.0, SLO(ttft_s=ttft_s, tbt_s=0.1), service_class=service_class,
+                   predicted_output_tokens=50, target_output_tokens=50)
+
+
+def _prefill_s(prompts: int, tokens: int, clock_mhz: float) -> float:
+    """The queue's prefills one after another, as the function costs them."""
+    return prompts * PERF.prefill_time_s(tokens, tokens * tokens, TP, clock_mhz)
+
+
+def test_no_interactive_prompt_waiting_needs_no_clock() -> None:
+    batcher = _batcher()
+    assert prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0) is None
+    batcher.add(_prompt(0, 3000, 2.0, service_class="batch"), 0.0)
+    assert prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0) is None
+
+
+def test_a_burst_gets_the_lowest_clock_at_which_the_last_prompt_meets_its_ttft() -> None:
+    tokens, ttft_s = 3000, 10.0
+    prompts = next(n for n in range(1, 200) if _prefill_s(n, tokens, CLOCKS[0]) > ttft_s)
+    assert _prefill_s(prompts, tokens, CLOCKS[-1]) < ttft_s  # the top clock makes it
+    batcher = _batcher()
+    for i in range(prompts):
+        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+    clock = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0)
+    assert clock is not None and CLOCKS[0] < clock
+    assert _prefill_s(prompts, tokens, clock) <= ttft_s
+    assert _prefill_s(prompts, tokens, CLOCKS[int(np.searchsorted(CLOCKS, clock)) - 1]) > ttft_s
+    # One prompt alone fits at the lowest clock; a queue no clock clears runs flat out.
+    alone = _batcher()
+    alone.add(_prompt(0, tokens, ttft_s), 0.0)
+    assert prompt_deadline_clock_mhz(alone, CLOCKS, 0.0) == CLOCKS[0]
+    assert prompt_deadline_clock_mhz(batcher, CLOCKS, ttft_s) == CLOCKS[-1]  # their TTFT is already gone
+
+
+def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() -> None:
+    """Nothing admitted yet, so throttLL'eM's projection has no opinion; the waiting burst
+    still lifts the clock above the band's floor, and only up to the band's ceiling."""
+    tokens, ttft_s = 3000, 10.0
+    prompts = next(n for n in range(1, 200) if _prefill_s(n, tokens, CLOCKS[0]) > ttft_s)
+    batcher = _batcher()
+    batcher.admission, batcher.clock_policy = replica_policies(PERF, batcher.config)
+    batcher.set_clock_band(CLOCKS[0], CLOCKS[-1])
+    for i in range(prompts):
+        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+    needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0)
+    assert needed is not None and needed > CLOCKS[0]
+    assert batcher.clock_policy.choose_clock_mhz(batcher, 0.0) == needed
+    batcher.plan_step(0.0)
+    assert batcher.clock_mhz == needed
+    capped = _batcher()
+    capped.admission, capped.clock_policy = replica_policies(PERF, capped.config)
+    capped.set_clock_band(CLOCKS[0], CLOCKS[1])
+    for i in range(prompts):
+        capped.add(_prompt(i, tokens, ttft_s), 0.0)
+    capped.plan_step(0.0)
+    assert capped.clock_mhz == CLOCKS[1] < needed
