@@ -51,7 +51,9 @@ class ShapePlannerConfig(BaseModel):
         "mean of the plans' rates) is bursty: on/off traffic that a short trailing peak forgets "
         "between bursts."))
     bursty_lookback_s: float = Field(default=900.0, gt=0, description=(
-        "Window of the trailing peak rate for a bursty pool."))
+        "Window of the trailing peak rate for a bursty pool; a pool stays bursty this long after "
+        "it last varied more than `bursty_cv` (bursts close together vary less over the window, "
+        "yet each still needs the instances the last one did)."))
     batch_window_s: float = Field(default=900.0, gt=0, description=(
         "Batch work is planned at its mean rate over this window, without a burst margin: it "
         "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
@@ -187,6 +189,7 @@ class PoolShapePlanner:
         self._shape: dict[str, PoolShape] = {}
         self._dilation: dict[str, Dilation] = {}
         self._lower_since: dict[str, float] = {}
+        self._bursty_until: dict[str, float] = {}
         self._next_epoch_s: float | None = None
 
     def shape(self, pool: str) -> PoolShape | None:
@@ -212,6 +215,8 @@ class PoolShapePlanner:
         totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s])
         mean = totals.mean() if len(totals) > 2 else 0.0
         if mean > 0 and totals.std() / mean > self.config.bursty_cv:
+            self._bursty_until[pool] = now_s + self.config.bursty_lookback_s  # stays bursty a window long
+        if now_s < self._bursty_until.get(pool, -math.inf):
             lookback_s = self.config.bursty_lookback_s
         for t, interactive, batch in history:
             if t >= now_s - lookback_s:

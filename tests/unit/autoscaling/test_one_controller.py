@@ -262,10 +262,10 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     config = ShapePlannerConfig()
     margin = 1.0 + config.burst_margin
 
-    def planned_after(rate_at) -> float:
+    def planned_after(rate_at, end_s: float = 600.0) -> float:
         planner = PoolShapePlanner(profile, config, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
         t, planned = 0.0, 0.0
-        while t <= 600.0:
+        while t <= end_s:
             planned = planner.planning_rates("pool-long", {"LM": rate_at(t)}, 0.0, t)["LM"]
             t += 5.0
         return planned
@@ -276,8 +276,16 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     def steady(t: float) -> float:  # 10 req/s, 14 req/s for a minute at t = 300 s, then 10 again
         return 14.0 if 300.0 <= t < 360.0 else 10.0
 
+    def bursts_then_dense(t: float) -> float:  # as bursty, then 20 req/s from t = 300 s on
+        return bursty(t) if t < 300.0 else 20.0
+
     assert planned_after(bursty) == pytest.approx(30.0 * margin)
     assert planned_after(steady) == pytest.approx(10.0 * margin)
+    # At 1,000 s the last 900 s no longer vary enough to be bursty, but the pool was bursty
+    # within them (the code trace's bursts closing up, then spreading out again): it keeps
+    # the peak of the whole window until a window has passed since it last was.
+    assert planned_after(bursts_then_dense, end_s=1000.0) == pytest.approx(30.0 * margin)
+    assert planned_after(bursts_then_dense, end_s=1500.0) == pytest.approx(20.0 * margin)
 
 
 def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
