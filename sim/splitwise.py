@@ -29,6 +29,7 @@ from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
 from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
 from batching.continuous_batcher import Sequence
+from batching.hook_chains import chain_admission, chain_preemption
 from core.request import Request
 from core.roles import Phase
 from energy.kv_transfer import KVTransferConfig, KVTransferModel
@@ -79,10 +80,12 @@ class SplitwiseSimulator(Simulator):
         if r.state is not State.READY:
             return
         sched = self.splitwise.scheduling
-        r.ready_batcher.preemption = AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)
+        batcher = r.ready_batcher
+        batcher.preemption = chain_preemption(
+            [batcher.preemption, AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)])
         home = PROMPT if self.pools[r.pool].setup.kind is Phase.PROMPT else TOKEN
-        if home is TOKEN:
-            r.ready_batcher.admission = KvHeadroomAdmission(sched.token_kv_headroom)
+        if home is TOKEN:  # after the pool's own admission (e.g. throttLL'eM's), not instead of it
+            batcher.admission = chain_admission([batcher.admission, KvHeadroomAdmission(sched.token_kv_headroom)])
         self.scheduler.add_replica(r.replica_id, home)
 
     def _stop(self, r: SimReplica, now: float) -> None:

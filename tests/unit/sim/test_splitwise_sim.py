@@ -130,3 +130,31 @@ def test_a_replica_that_finished_its_prompts_is_seen_free_before_the_next_report
     _, sim = run_splitwise(w, SimConfig(), prompt=2, token=1)
     alone_s = perf.prefill_time_s(3000, 2048 * 3000, 8, 1980)
     assert sim.log.ttft_s[2] < 1.3 * alone_s
+
+
+def test_splitwise_hooks_join_the_pools_own_instead_of_replacing_them():
+    """A token replica that runs throttLL'eM's hooks (the composite's iteration layer) keeps
+    its admission: Splitwise's KV-headroom rule is chained after it, aging preemption
+    likewise; a pool without hooks of its own gets Splitwise's alone."""
+    from autoscaling.registry import make_policy
+    from autoscaling.splitwise.machine import KvHeadroomAdmission
+    from autoscaling.throttllem.admission import ThrottllemAdmission
+    from batching.hook_chains import AdmissionChain
+    from core.classes import LengthClassConfig
+    from sim.scenario import splitwise_pools, with_throttllem
+    from sim.splitwise import SplitwiseSimulator
+
+    w = workload(20)
+    plain = splitwise_pools(w, SimConfig(), LengthClassConfig(), 1, 1)
+    policy = make_policy("splitwise", replicas={p.name: 1 for p in plain}, tensor_parallel={p.name: 8 for p in plain},
+                         clock_mhz={p.name: int(p.clock_mhz) for p in plain})
+    sim = SplitwiseSimulator(w, policy, with_throttllem(plain, SimConfig()), SimConfig())
+    sim.run()
+    token = next(r for r in sim.all_replicas if r.pool == "pool-token").ready_batcher
+    assert isinstance(token.admission, AdmissionChain)
+    assert [type(m) for m in token.admission.members] == [ThrottllemAdmission, KvHeadroomAdmission]
+    assert sim.log.done.all()
+    alone = SplitwiseSimulator(w, policy, plain, SimConfig())
+    alone.run()
+    token = next(r for r in alone.all_replicas if r.pool == "pool-token").ready_batcher
+    assert isinstance(token.admission, KvHeadroomAdmission) and isinstance(token.preemption, AgingPreemption)
