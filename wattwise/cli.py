@@ -277,6 +277,7 @@ BENCHES = {
     "vllm-client": "bench.vllm_client:main",
     "live-vs-sim": "bench.live_vs_sim:main",
     "measured-speed": "bench.measured_speed:main",
+    "phase-split": "bench.phase_split_pool:main",
 }
 
 
