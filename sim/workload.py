@@ -70,6 +70,19 @@ def window(w: Workload, start_s: float = 0.0, duration_s: float | None = None) -
     return Workload(out.arrival_s - start_s, out.prompt_tokens, out.output_tokens, out.interactive)
 
 
+def shuffle_blocks(w: Workload, block_s: float, rng: np.random.Generator) -> Workload:
+    """The trace's `block_s` blocks in a random order, each block's arrivals kept as they
+    were: the same bursts in a sequence no policy was tuned on."""
+    if block_s <= 0:
+        raise ValueError("block length must be > 0")
+    block = (w.arrival_s // block_s).astype(np.int64)
+    slot = np.empty(int(block.max()) + 1 if len(w) else 0, dtype=np.int64)
+    slot[rng.permutation(len(slot))] = np.arange(len(slot))
+    arrival = slot[block] * block_s + (w.arrival_s - block * block_s)
+    order = np.argsort(arrival, kind="stable")
+    return Workload(arrival[order], w.prompt_tokens[order], w.output_tokens[order], w.interactive[order])
+
+
 def scale_time(w: Workload, factor: float) -> Workload:
     """Stretch (factor > 1) or compress the timeline; the rate changes by 1/factor."""
     if factor <= 0:

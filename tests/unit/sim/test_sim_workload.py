@@ -10,7 +10,16 @@ from sim.cli import main
 from sim.config import SimConfig
 from sim.oracle import oracle_energy
 from sim.run import simulate
-from sim.workload import fit_context, gamma_arrivals, load_trace, scale_rate, scale_time, window, with_batch_fraction
+from sim.workload import (
+    fit_context,
+    gamma_arrivals,
+    load_trace,
+    scale_rate,
+    scale_time,
+    shuffle_blocks,
+    window,
+    with_batch_fraction,
+)
 
 
 def test_trace_loads_sorted_from_zero():
@@ -69,3 +78,18 @@ def test_cli_writes_json_per_policy(tmp_path, capsys):
     assert "singlepool" in printed.out
     # Not a terminal: a line per policy, not a progress bar's redraws.
     assert "\r" not in printed.err and printed.err.count(": simulated") == 2
+
+
+def test_shuffled_blocks_keep_every_request_and_each_blocks_arrivals():
+    w = load_trace("code")
+    out = shuffle_blocks(w, 60.0, np.random.default_rng(1))
+
+    def minute_sizes(x) -> list[int]:
+        counts = np.bincount((x.arrival_s // 60).astype(int))
+        return sorted(counts[counts > 0].tolist())
+
+    assert len(out) == len(w) and np.all(np.diff(out.arrival_s) >= 0)
+    assert sorted(out.prompt_tokens.tolist()) == sorted(w.prompt_tokens.tolist())
+    assert np.array_equal(np.sort(out.arrival_s % 60.0), np.sort(w.arrival_s % 60.0))  # offsets inside a block
+    assert minute_sizes(out) == minute_sizes(w)  # the same bursts
+    assert not np.array_equal(out.arrival_s, w.arrival_s)  # in another order
