@@ -20,6 +20,7 @@ import argparse
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from autoscaling.splitwise.config import SplitwiseConfig
 from bench.run_header import run_header
 from bench.wattwise import workload
 from core.classes import LengthClassConfig
@@ -53,7 +54,8 @@ def layouts(tp: int, replicas: int, top_mhz: float, step_s: float) -> list[tuple
                                               step_time_target_s=step_s, interactive_first=True)])]
     for prompt in range(1, replicas):
         out.append((f"split {prompt} + {replicas - prompt}", [
-            PoolSetup("pool-prompt", ALL_CLASSES, tp, top_mhz, prompt, kind=Phase.PROMPT, max_batched_tokens=2048),
+            PoolSetup("pool-prompt", ALL_CLASSES, tp, top_mhz, prompt, kind=Phase.PROMPT,
+                      max_batched_tokens=SplitwiseConfig().prompt_batch_tokens),
             PoolSetup("pool-token", ALL_CLASSES, tp, top_mhz, replicas - prompt, kind=Phase.TOKEN)]))
     return out
 

@@ -25,16 +25,15 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
     prefill ends its prefill within its TTFT; None when no interactive prompt waits."""
     queue = [s for s in (*batcher.running, *batcher.waiting) if s.prefilled < s.prefill_target]
-    if not any(s.request.service_class != "batch" and s.generated == 0 for s in queue):
+    waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
+    if not waits.any():
         return None
     perf = batcher.perf
     left = np.array([s.prefill_target - s.prefilled for s in queue], dtype=float)
     target = np.array([s.prefill_target for s in queue], dtype=float)
+    due_s = np.array([s.request.arrival_s + s.request.slo.ttft_s for s in queue]) - now_s
     # Cumulative prefill time at the top clock (stretch 1), in the batcher's order.
     done_s = np.cumsum(perf.prefill_time_s(left, left * target, batcher.tensor_parallel, perf.gpu.max_clock_mhz))
-    tolerated = np.inf
-    for seq, end_s in zip(queue, done_s, strict=True):
-        if seq.request.service_class != "batch" and seq.generated == 0:
-            tolerated = min(tolerated, (seq.request.arrival_s + seq.request.slo.ttft_s - now_s) / end_s)
+    tolerated = float(np.min(due_s[waits] / done_s[waits]))
     share = perf.gpu.prompt_compute_share
     return float(next((c for c in clocks_mhz if perf.stretch(share, c) <= tolerated), clocks_mhz[-1]))
