@@ -1,38 +1,42 @@
 """Output-length predictor (Mico §3.2): TEST-split accuracy of each candidate vs baselines, and latency.
 
-    python -m bench.predictor
+    python -m bench.predictor [--labels smollm2]
 
-The shipped ShareGPT pairs split three ways by conversation (prediction.prompt_data.split_three_way):
-every model fits on train; hyper-parameters and the default were chosen on the validation
-split (python -m bench.predictor_sweep); this scores the test split, in Mico's 10 buckets
-of l_max / 10 tokens and DynamoLLM's S / M / L. Baselines use the same train split: its majority
-bucket, and the median output of its prompts of the same input size (what
-BucketMedianPredictor converges to). "majority bucket (all pairs)" is the baseline issue 19
-used: the majority over all shipped pairs. Lengths are tokens (core.token_counter).
+The shipped ShareGPT pairs (or, with --labels smollm2, the served model's own lengths) split
+three ways by conversation (prediction.prompt_data.split_three_way): every model fits on
+train; hyper-parameters and the default were chosen on the validation split (python -m
+bench.predictor_sweep); this scores the test split, each candidate at the sweep's winner for
+the label source, in Mico's 10 buckets of l_max / 10 tokens and DynamoLLM's S / M / L.
+Baselines use the same train split: its majority bucket, and the median output of its
+prompts of the same input size (what BucketMedianPredictor converges to). "majority bucket
+(all pairs)" is the baseline issue 19 used: the majority over all shipped pairs. Lengths are
+tokens (core.token_counter).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 
 import numpy as np
 
-from bench.predictor_candidates import BASELINES, CANDIDATES, Predict, labels, majority_bucket
-from bench.predictor_sweep import scores
+from bench.predictor_candidates import BASELINES, CANDIDATES, WINNERS, Predict, labels, majority_bucket
+from bench.predictor_sweep import LABELS_HELP, scores
 from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
 from prediction.predictor_config import PredictorConfig
 from prediction.predictor_factory import make_bucket_predictor
-from prediction.prompt_data import load_pairs, split_three_way
+from prediction.prompt_data import LABEL_SOURCES, split_three_way
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.predictor", description=__doc__)
     p.add_argument("--latency-samples", type=int, default=500)
+    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=LABELS_HELP)
     args = p.parse_args(argv)
     lengths = LengthClassConfig()
-    pairs = load_pairs()
+    pairs = LABEL_SOURCES[args.labels]()
     split = split_three_way(pairs)
     print(f"train {len(split.train)} pairs, validation {len(split.validation)} (chose hyper-parameters), "
           f"test {len(split.test)} (scored here); split by conversation; unit: tokens (core.token_counter)")
@@ -41,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
                "S/M/L": LengthBuckets.from_length_classes(lengths, l_max)}
     rows: dict[str, Predict] = dict(BASELINES)
     rows["majority bucket (all pairs)"] = lambda tr, b, te: majority_bucket(pairs, b, te)
-    rows |= {c.name: c.predict for c in CANDIDATES}
+    rows |= {c.name: functools.partial(c.predict, **WINNERS[args.labels].get(c.name, {})) for c in CANDIDATES}
     header = " ".join(f"{s + ' exact':>19} {'within1':>8}" for s in schemes)
     print(f"{'predictor':>36} {header}  predicted buckets (10)")
     for name, predict in rows.items():

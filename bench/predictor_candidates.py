@@ -2,7 +2,8 @@
 
 Each candidate fits on the train split and returns a bucket per prompt. Hyper-parameters
 are arguments so bench.predictor_sweep can try them on the validation split; the values
-in CANDIDATES are the sweep's winners there (never chosen on the test split).
+in CANDIDATES are the sweep's winners there (never chosen on the test split), and WINNERS
+holds those of another label source where they differ.
 """
 
 from __future__ import annotations
@@ -47,12 +48,18 @@ def median_by_input_size(train: PromptPairs, buckets: LengthBuckets, test: Promp
     return np.array([buckets.label(medians.get(lengths.input_size(p), overall)) for p in test.prompt_tokens])
 
 
+def decide(proba: np.ndarray, argmax: float) -> np.ndarray:
+    """The predicted bucket: the distribution's median (the predictor's rule, fewest buckets off on
+    average) or, with `argmax`, its mode (more often exact where lengths are bimodal)."""
+    return proba.argmax(axis=1) if argmax else median_bucket(proba)
+
+
 def hashed_cues_sgd(train: PromptPairs, buckets: LengthBuckets, test: PromptPairs,
-                    alpha: float = 3e-4, epochs: int = 20) -> np.ndarray:
+                    alpha: float = 3e-4, epochs: int = 20, argmax: float = 0) -> np.ndarray:
     """The default model (prediction.hashed_bucket_model)."""
     model = HashedBucketModel(buckets.n, alpha=alpha, epochs=epochs)
     model.fit(train.prompts, train.prompt_tokens, list(labels(buckets, train)))
-    return median_bucket(model.predict_proba(test.prompts, test.prompt_tokens))
+    return decide(model.predict_proba(test.prompts, test.prompt_tokens), argmax)
 
 
 def _markers(text: str, prompt_tokens: int) -> str:
@@ -122,10 +129,11 @@ def _chars() -> TfidfVectorizer:
     return TfidfVectorizer(analyzer="char_wb", ngram_range=(2, 5), min_df=5, sublinear_tf=True, max_features=100000)
 
 
-def words_logistic(train: PromptPairs, buckets: LengthBuckets, test: PromptPairs, C: float = 3.0) -> np.ndarray:
+def words_logistic(train: PromptPairs, buckets: LengthBuckets, test: PromptPairs, C: float = 3.0,
+                   argmax: float = 0) -> np.ndarray:
     Xtr, Xte = _tfidf_and_cues(train, test, _words())
     model = LogisticRegression(C=C, max_iter=3000).fit(Xtr, labels(buckets, train))
-    return median_bucket(_proba_all_buckets(model, Xte, buckets.n))
+    return decide(_proba_all_buckets(model, Xte, buckets.n), argmax)
 
 
 def chars_logistic(train: PromptPairs, buckets: LengthBuckets, test: PromptPairs, C: float = 3.0) -> np.ndarray:
@@ -157,11 +165,20 @@ BASELINES: dict[str, Predict] = {
 }
 CANDIDATES: list[Candidate] = [
     Candidate("hashed words+cues SGD (default)", hashed_cues_sgd,
-              {"alpha": [3e-5, 1e-4, 3e-4, 1e-3], "epochs": [5, 10, 20]}),
+              {"alpha": [3e-5, 1e-4, 3e-4, 1e-3], "epochs": [5, 10, 20], "argmax": [0, 1]}),
     Candidate("previous default", previous_default),
     Candidate("cues logistic", cues_logistic, {"C": [0.03, 0.1, 0.3, 1.0]}),
     Candidate("cues gradient boosting", cues_boosting, {"iterations": [50, 100, 200]}),
-    Candidate("tfidf words+cues logistic", words_logistic, {"C": [0.3, 1.0, 3.0]}),
+    Candidate("tfidf words+cues logistic", words_logistic, {"C": [0.3, 1.0, 3.0], "argmax": [0, 1]}),
     Candidate("tfidf chars+cues logistic", chars_logistic, {"C": [0.3, 1.0, 3.0]}),
     Candidate("tfidf words+cues ridge log-length", log_length_ridge, {"alpha": [1.0, 3.0, 10.0]}),
 ]
+# The sweep's winners on the served model's own lengths (bench.predictor_sweep --labels smollm2,
+# 2026-11-26), where they differ from the defaults above (ShareGPT's winners).
+WINNERS: dict[str, dict[str, dict[str, float]]] = {"sharegpt": {}, "smollm2": {
+    "hashed words+cues SGD (default)": {"alpha": 3e-5, "epochs": 20, "argmax": 1},
+    "cues logistic": {"C": 1.0},
+    "cues gradient boosting": {"iterations": 200},
+    "tfidf words+cues logistic": {"C": 1.0, "argmax": 1},
+    "tfidf words+cues ridge log-length": {"alpha": 1.0},
+}}

@@ -24,7 +24,7 @@ import time
 import numpy as np
 
 from bench.predictor_embeddings import Config, EmbeddingBench, arguments, cached, finish, grid
-from prediction.prompt_data import PromptPairs, load_pairs, split_three_way
+from prediction.prompt_data import LABEL_SOURCES, PromptPairs, split_three_way
 
 
 class MiniLMEncoder:
@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     p = arguments("python -m bench.predictor_encoder", __doc__)
     p.add_argument("--max-length", type=int, default=256, help="word pieces the encoder reads (model max 256)")
     args = p.parse_args(argv)
-    split = split_three_way(load_pairs())
+    split = split_three_way(LABEL_SOURCES[args.labels]())
     start = time.perf_counter()
     encoder = MiniLMEncoder(args.max_length)
     load_s = time.perf_counter() - start

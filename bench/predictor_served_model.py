@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.predictor_embeddings import Config, EmbeddingBench, arguments, cached, finish, grid
-from prediction.prompt_data import PromptPairs, load_pairs, split_three_way
+from prediction.prompt_data import LABEL_SOURCES, PromptPairs, split_three_way
 from wattwise.prepare_model import DEFAULT_DIR
 
 POOLINGS = ("last-mean", "last-token", "middle-mean")
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-dir", type=Path, default=DEFAULT_DIR)
     p.add_argument("--max-length", type=int, default=128, help="prompt tokens the model reads (the rest is cut)")
     args = p.parse_args(argv)
-    split = split_three_way(load_pairs())
+    split = split_three_way(LABEL_SOURCES[args.labels]())
     start = time.perf_counter()
     encoder = ServedModelEncoder(args.model_dir, args.max_length)
     load_s = time.perf_counter() - start

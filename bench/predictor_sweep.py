@@ -1,6 +1,6 @@
 """Hyper-parameter sweep of the length-predictor candidates, on the VALIDATION split only.
 
-    python -m bench.predictor_sweep
+    python -m bench.predictor_sweep [--labels smollm2]
 
 Fits each grid point on the train split and scores it on the validation split (10
 uniform buckets and S/M/L). The winner per candidate is the highest exact + within-one
@@ -19,7 +19,10 @@ from bench.predictor_candidates import CANDIDATES, labels
 from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
 from prediction.predictor_config import PredictorConfig
-from prediction.prompt_data import load_pairs, split_three_way
+from prediction.prompt_data import LABEL_SOURCES, split_three_way
+
+LABELS_HELP = ("whose response lengths to predict: ShareGPT's (ChatGPT's answers) or the served SmolLM2's own "
+               "(data/prompts/smollm2_lengths.jsonl)")
 
 
 def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
@@ -28,8 +31,9 @@ def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argparse.ArgumentParser(prog="python -m bench.predictor_sweep", description=__doc__).parse_args(argv)
-    split = split_three_way(load_pairs())
+    p = argparse.ArgumentParser(prog="python -m bench.predictor_sweep", description=__doc__)
+    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=LABELS_HELP)
+    split = split_three_way(LABEL_SOURCES[p.parse_args(argv).labels]())
     l_max = PredictorConfig().l_max_tokens
     uniform = LengthBuckets.uniform(l_max, 10)
     classes = LengthBuckets.from_length_classes(LengthClassConfig(), l_max)

@@ -12,9 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from core.paths import DATA
+from core.token_counter import count_tokens
 
 # The checkout's data/ or, in an installed wheel, its package data (core.paths).
 PROMPTS_FILE = DATA / "prompts" / "sharegpt_pairs.jsonl"
+# The same prompts (and ML.ENERGY's ShareGPT prompts) answered by the served SmolLM2 (data/prompts/README.md).
+SERVED_MODEL_LENGTHS_FILE = DATA / "prompts" / "smollm2_lengths.jsonl"
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,28 @@ def load_pairs(path: Path = PROMPTS_FILE) -> PromptPairs:
         [max(int(r["response_tokens"]), 1) for r in rows],
         [str(r["conv_id"]) for r in rows],
     )
+
+
+def load_served_model_pairs(path: Path = SERVED_MODEL_LENGTHS_FILE, prompts_file: Path = PROMPTS_FILE) -> PromptPairs:
+    """(prompt, the served model's own response length) pairs from prediction.label_with_served_model's rows.
+
+    A row of the shipped pairs names its prompt by index in `prompts_file`; an extra prompt
+    carries its text. Prompt tokens are counted as load_pairs counts them (core.token_counter),
+    so both label sources feed the predictor the same features.
+    """
+    shipped = load_pairs(prompts_file)
+    rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    texts = [shipped.prompts[r["index"]] if r["source"] == "sharegpt_pairs" else r["prompt"] for r in rows]
+    return PromptPairs(
+        texts,
+        [shipped.prompt_tokens[r["index"]] if r["source"] == "sharegpt_pairs" else max(count_tokens(t), 1)
+         for r, t in zip(rows, texts)],
+        [max(int(r["response_tokens"]), 1) for r in rows],
+        [str(r["conv_id"]) for r in rows],
+    )
+
+
+LABEL_SOURCES = {"sharegpt": load_pairs, "smollm2": load_served_model_pairs}
 
 
 def _slots(pairs: PromptPairs) -> list[int]:
