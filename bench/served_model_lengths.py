@@ -9,7 +9,8 @@ data/prompts (train, validation and test alike: a cost probe, not a training set
 the CPU, in one batch, sampling as the model's chat defaults do (temperature 0.7, top-p 0.9),
 and prints the throughput, the time the whole prompt file would take at it, and how many
 answers ran to the token cap (a label that measures the cap, not the model).
-Needs the `[cpu]` extra (vLLM) and the model directory.
+Needs the `[cpu]` extra (vLLM) and the model directory. The labels themselves come from
+prediction.label_with_served_model, on a GPU.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ same prompts are as long as *it* makes them. This generates those answers with t
 CPU config serves (the GGUF `wattwise prepare-model smollm2` dequantises, loaded the same way
 through transformers), sampling as the app does when a client sets nothing (temperature 1.0,
 top-p 1.0, app.sampling's OpenAI defaults), and writes one row per prompt and sample:
-`index` (the prompt's row in its source), `conv_id`, `source`, `sample`, `response_tokens`
-(generated tokens before the end-of-turn token), `finished` ("stop" or "length": a capped
+`index` (the prompt's row in its source), `conv_id`, `source`, `sample`, `prompt_tokens` (of
+the chat-templated prompt the model read), `response_tokens` (generated tokens before the
+end-of-turn token), `finished` ("stop" or "length": a capped
 row measures the cap, not the model).
 
 Meant for a GPU (a 2-core CPU needs hours, bench.served_model_lengths): prompts run in
@@ -88,6 +89,62 @@ def batches(lengths: list[int], max_new_tokens: int, kv_token_budget: int, max_b
     return out
 
 
+def load_model(model_path: Path, tokenizer_path: Path | None, device: str):
+    """(tokenizer, causal LM in fp32 on `device`) from a checkpoint directory or a GGUF file."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_path or model_path), local_files_only=True)
+    if model_path.suffix == ".gguf":  # dequantised as `wattwise prepare-model` does
+        model = AutoModelForCausalLM.from_pretrained(str(model_path.parent), gguf_file=model_path.name,
+                                                     dtype=torch.float32)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, local_files_only=True)
+    return tokenizer, model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps Module.to
+
+
+def select_prompts(prompts: list[LabelPrompt], prompts_from: Path | None, limit: int) -> list[LabelPrompt]:
+    """Those an earlier labels file names (in its row order), or all; the first `limit` (0: all)."""
+    if prompts_from is not None:
+        by_key = {(p.source, p.index): p for p in prompts}
+        rows = [json.loads(line) for line in prompts_from.read_text(encoding="utf-8").splitlines() if line]
+        prompts = [by_key[key] for key in dict.fromkeys((r["source"], r["index"]) for r in rows)]
+    return prompts[:limit] if limit else prompts
+
+
+def compare_logits(model, ids: list[list[int]], reference: np.ndarray, device: str) -> None:
+    """Print how far the loaded model's last-position logits are from the served checkpoint's."""
+    import torch
+
+    with torch.inference_mode():
+        for row in range(reference.shape[0]):
+            got = model(input_ids=torch.tensor([ids[row]], device=device)).logits[0, -1].float().cpu().numpy()
+            print(f"reference logits, prompt {row}: max |diff| {np.abs(got - reference[row]).max():.2e}, "
+                  f"argmax {int(got.argmax())} vs {int(reference[row].argmax())}", flush=True)
+
+
+def answer_lengths(model, prompts: list[list[int]], eos: int, max_new_tokens: int,
+                   device: str) -> list[tuple[int, bool]]:
+    """(tokens before the end-of-turn token, whether it came) per prompt, sampled in one left-padded batch."""
+    import torch
+
+    width = max(len(ids) for ids in prompts)
+    tokens = torch.full((len(prompts), width), eos, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for row, ids in enumerate(prompts):  # left padding: every answer starts at column `width`
+        tokens[row, width - len(ids):] = torch.tensor(ids)
+        mask[row, width - len(ids):] = 1
+    with torch.inference_mode():
+        result = model.generate(input_ids=tokens.to(device), attention_mask=mask.to(device), do_sample=True,
+                                temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=max_new_tokens,
+                                eos_token_id=eos, pad_token_id=eos)
+    out = []
+    for answer in result[:, width:].cpu().numpy():
+        ended = np.flatnonzero(answer == eos)
+        out.append((int(ended[0]), True) if ended.size else (int(answer.size), False))
+    return out
+
+
 def open_nvml():
     """The GPU's NVML for energy reads, or None (printed) where it does not answer."""
     from energy.gpu_control import GpuControlError, NvmlGpu
@@ -121,39 +178,20 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(str(args.tokenizer or args.model), local_files_only=True)
-    if args.model.suffix == ".gguf":  # dequantised as `wattwise prepare-model` does
-        model = AutoModelForCausalLM.from_pretrained(str(args.model.parent), gguf_file=args.model.name,
-                                                     dtype=torch.float32)
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(args.model), dtype=torch.float32, local_files_only=True)
-    model = model.to(args.device).eval()
+    tokenizer, model = load_model(args.model, args.tokenizer, args.device)
     eos = int(tokenizer.eos_token_id)
-    prompts = load_prompts(args.extra_prompts)
-    if args.prompts_from is not None:
-        by_key = {(p.source, p.index): p for p in prompts}
-        rows = [json.loads(line) for line in args.prompts_from.read_text(encoding="utf-8").splitlines() if line]
-        keys = list(dict.fromkeys((r["source"], r["index"]) for r in rows))
-        prompts = [by_key[k] for k in keys]
-    if args.limit:
-        prompts = prompts[:args.limit]
+    prompts = select_prompts(load_prompts(args.extra_prompts), args.prompts_from, args.limit)
     ids = [chat_ids(tokenizer, p.text) for p in prompts]
     print(f"{len(prompts)} prompts ({sum(p.source == 'extra' for p in prompts)} extra), model on {args.device} "
           f"in {time.perf_counter() - started:.1f} s", flush=True)
 
     if args.reference_logits is not None:
-        ref = np.load(args.reference_logits)
-        with torch.inference_mode():
-            for row in range(ref.shape[0]):
-                got = model(input_ids=torch.tensor([ids[row]], device=args.device)).logits[0, -1].float().cpu().numpy()
-                print(f"reference logits, prompt {row}: max |diff| {np.abs(got - ref[row]).max():.2e}, "
-                      f"argmax {int(got.argmax())} vs {int(ref[row].argmax())}", flush=True)
-
-    bytes_per_token = 2 * model.config.num_hidden_layers * model.config.num_key_value_heads * \
-        (model.config.hidden_size // model.config.num_attention_heads) * 4
+        compare_logits(model, ids, np.load(args.reference_logits), args.device)
     if args.device == "cuda":
+        config = model.config
+        bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * \
+            (config.hidden_size // config.num_attention_heads) * 4  # fp32 K and V
         budget = int(torch.cuda.mem_get_info()[0] * args.memory_share / bytes_per_token)
     else:
         budget = 64 * (max(len(i) for i in ids) + args.max_new_tokens)
@@ -168,36 +206,25 @@ def main(argv: list[str] | None = None) -> int:
                 if time.perf_counter() - started > args.deadline_s:
                     print(f"deadline: sample {sample} stopped after {number} of {len(plan)} batches", flush=True)
                     return 0
-                width = max(len(ids[i]) for i in batch)
-                tokens = torch.full((len(batch), width), eos, dtype=torch.long)
-                mask = torch.zeros((len(batch), width), dtype=torch.long)
-                for row, i in enumerate(batch):  # left padding: every row's answer starts at column `width`
-                    tokens[row, width - len(ids[i]):] = torch.tensor(ids[i])
-                    mask[row, width - len(ids[i]):] = 1
                 torch.manual_seed(args.seed * 1_000_003 + sample * 10_007 + number)
                 t0 = time.perf_counter()
                 j0 = nvml.energy_j(0) if nvml else 0.0
-                with torch.inference_mode():
-                    result = model.generate(input_ids=tokens.to(args.device), attention_mask=mask.to(args.device),
-                                            do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                            max_new_tokens=args.max_new_tokens, eos_token_id=eos, pad_token_id=eos)
-                answer = result[:, width:].cpu().numpy()
+                lengths = answer_lengths(model, [ids[i] for i in batch], eos, args.max_new_tokens, args.device)
                 batch_s = time.perf_counter() - t0
                 steps_s += batch_s
                 energy_j += nvml.energy_j(0) - j0 if nvml else 0.0
-                for row, i in enumerate(batch):
-                    ended = np.flatnonzero(answer[row] == eos)
-                    length = int(ended[0]) if ended.size else int(answer.shape[1])
+                for i, (length, stopped) in zip(batch, lengths):
                     generated += length
                     label = {"index": prompts[i].index, "conv_id": prompts[i].conv_id, "source": prompts[i].source,
                              "sample": sample, "prompt_tokens": len(ids[i]), "response_tokens": length,
-                             "finished": "stop" if ended.size else "length"}
+                             "finished": "stop" if stopped else "length"}
                     if prompts[i].source == "extra":  # the pairs' prompts are in data/prompts already
                         label["prompt"] = prompts[i].text
                     out.write(json.dumps(label) + "\n")
                 out.flush()
-                print(f"sample {sample} batch {number + 1}/{len(plan)}: {len(batch)} rows, prompt {width} tokens, "
-                      f"{answer.shape[1]} steps in {batch_s:.1f} s; {generated:,} tokens so far, "
+                print(f"sample {sample} batch {number + 1}/{len(plan)}: {len(batch)} rows, prompt up to "
+                      f"{max(len(ids[i]) for i in batch)} tokens, {max(lengths)[0]} steps in {batch_s:.1f} s; "
+                      f"{generated:,} tokens so far, "
                       f"{generated / steps_s:,.0f} tokens/s"
                       + (f", {energy_j / generated:.3f} J/token, {nvml.power_w(0):.0f} W, {nvml.clock_mhz(0)} MHz"
                          if nvml else ""), flush=True)
