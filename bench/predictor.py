@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from bench.predictor_candidates import BASELINES, CANDIDATES, WINNERS, Predict, labels, majority_bucket
-from bench.predictor_sweep import LABELS_HELP, scores
+from bench.predictor_sweep import add_labels_argument, scores
 from core.classes import LengthClassConfig
 from prediction.length_buckets import LengthBuckets
 from prediction.predictor_config import PredictorConfig
@@ -33,7 +33,7 @@ from prediction.prompt_data import LABEL_SOURCES, split_three_way
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.predictor", description=__doc__)
     p.add_argument("--latency-samples", type=int, default=500)
-    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=LABELS_HELP)
+    add_labels_argument(p)
     args = p.parse_args(argv)
     lengths = LengthClassConfig()
     pairs = LABEL_SOURCES[args.labels]()

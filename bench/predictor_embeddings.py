@@ -22,13 +22,13 @@ from scipy.sparse import csr_matrix, hstack
 from sklearn.linear_model import LogisticRegression, SGDClassifier
 
 from bench.predictor_candidates import BASELINES, _scaled_cues, hashed_cues_sgd, labels
-from bench.predictor_sweep import LABELS_HELP, scores
+from bench.predictor_sweep import add_labels_argument, scores
 from core.classes import LengthClassConfig
 from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import median_bucket
 from prediction.predictor_config import PredictorConfig
-from prediction.prompt_data import LABEL_SOURCES, PromptPairs
+from prediction.prompt_data import PromptPairs
 from prediction.prompt_features import PromptFeaturizer
 
 CACHE_DIR = Path("~/.cache/wattwise").expanduser()
@@ -204,7 +204,7 @@ def arguments(prog: str, doc: str | None) -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=int, default=0,
                    help="instead of the sweep: CHOSEN and the default over training seeds 0..N-1, on validation")
     p.add_argument("--only", default="", help="sweep only the grid points whose label contains this")
-    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=LABELS_HELP)
+    add_labels_argument(p)
     return p
 
 

@@ -21,8 +21,12 @@ from prediction.length_buckets import LengthBuckets
 from prediction.predictor_config import PredictorConfig
 from prediction.prompt_data import LABEL_SOURCES, split_three_way
 
-LABELS_HELP = ("whose response lengths to predict: ShareGPT's (ChatGPT's answers) or the served SmolLM2's own "
-               "(data/prompts/smollm2_lengths.jsonl)")
+
+def add_labels_argument(p: argparse.ArgumentParser) -> None:
+    """`--labels`, the predictor benches' choice of whose response lengths to predict."""
+    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=(
+        "whose response lengths to predict: ShareGPT's (ChatGPT's answers) or the served SmolLM2's own "
+        "(data/prompts/smollm2_lengths.jsonl)"))
 
 
 def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
@@ -32,7 +36,7 @@ def scores(pred: np.ndarray, truth: np.ndarray) -> tuple[float, float]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.predictor_sweep", description=__doc__)
-    p.add_argument("--labels", choices=sorted(LABEL_SOURCES), default="sharegpt", help=LABELS_HELP)
+    add_labels_argument(p)
     split = split_three_way(LABEL_SOURCES[p.parse_args(argv).labels]())
     l_max = PredictorConfig().l_max_tokens
     uniform = LengthBuckets.uniform(l_max, 10)

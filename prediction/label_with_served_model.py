@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
         bytes_per_token = 2 * config.num_hidden_layers * config.num_key_value_heads * \
             (config.hidden_size // config.num_attention_heads) * 4  # fp32 K and V
         budget = int(torch.cuda.mem_get_info()[0] * args.memory_share / bytes_per_token)
-    else:
+    else:  # host memory is no constraint at the few rows a CPU can generate: batches of up to 64
         budget = 64 * (max(len(i) for i in ids) + args.max_new_tokens)
     nvml = open_nvml() if args.device == "cuda" else None
     generated = 0
