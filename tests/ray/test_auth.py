@@ -92,7 +92,10 @@ def test_readiness_is_open_and_admin_reads_report(served: LocalServe) -> None:
     ready = _get(served, "/health/ready", None)
     assert ready.status_code == 200 and ready.json() == {
         "ready": True, "pools": {"pool-short": True, "pool-medium": True, "pool-long": True}}
-    assert served.pool_replicas() == {"pool-short": 1, "pool-medium": 1, "pool-long": 1}
+    # At least the one each pool keeps: the autoscaler may have added one for the earlier tests'
+    # traffic (seen on a loaded machine, where requests stay in flight longer).
+    replicas = served.pool_replicas()
+    assert set(replicas) == {"pool-short", "pool-medium", "pool-long"} and min(replicas.values()) >= 1
     assert _get(served, "/admin/profiles", ADMIN_KEY).json() == {"object": "list", "data": []}  # utilisation
     assert set(_get(served, "/admin/plan", ADMIN_KEY).json()) == {"version", "plan", "overrides", "rollouts", "drained"}
 
