@@ -2,7 +2,7 @@
 
 | decision | owner | where it runs |
 | --- | --- | --- |
-| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
 | which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
 | how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
@@ -76,6 +76,10 @@ class WattwiseConfig(BaseModel):
         "The deployment reporting the global batch queue's request groups."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
+    lowest_floor_when_steady: bool = Field(default=True, description=(
+        "A pool that is not bursty and whose replicas all pick each step's clock (throttLL'eM's "
+        "hook) gets the GPU's lowest clock as its band's floor; the planned clock then sizes its "
+        "instances only. False: the planned clock is always the floor."))
 
 
 class WattwisePolicy:
@@ -98,6 +102,7 @@ class WattwisePolicy:
         self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
                                         reconfigure_cost_s=config.overheads.reshard_s,
                                         pool_epoch_s=config.pool_epoch_s)
+        self.min_clock_mhz = min(profile.clocks_mhz)
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
@@ -220,19 +225,25 @@ class WattwisePolicy:
                                       tps=self.config.tensor_parallel_options.get(host), dilation=dilation)
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
-            band[host] = (self._clock_floor(dep, running, shape, rates, dilation), self.max_clock_mhz)
+            band[host] = (self._clock_floor(host, dep, running, shape, rates, dilation, now_s), self.max_clock_mhz)
             for cls in rates:
                 routing[cls] = {host: 1.0}
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
 
-    def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
-                     rates: dict[str, float], dilation: Dilation) -> int:
-        """The planned clock, unless instances are on their way: until they are ready, the
-        replicas already serving carry the planned load, at the clock that needs (the top one
-        if they cannot). A floor planned for the full count would leave them at a low clock
-        with a queue growing (throttLL'eM's per-step search weighs admitted requests only)."""
+    def _clock_floor(self, host: str, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
+                     rates: dict[str, float], dilation: Dilation, now_s: float) -> int:
+        """The band's floor. A steady pool whose replicas pick each step's clock gets the GPU's
+        lowest: their search sees every deadline (admitted requests, and the prompts still to
+        prefill), so the planned clock sizes instances only, and steps below the planned peak
+        run slower. Otherwise the planned clock, unless instances are on their way: until they
+        are ready, the replicas already serving carry the planned load, at the clock that needs
+        (the top one if they cannot). A bursty pool keeps the planned floor: in a burst its
+        long prefills interleave with the running decodes, whose TBT a low clock stretches."""
+        if (self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
+                and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)):
+            return self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,

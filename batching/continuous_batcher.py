@@ -609,4 +609,5 @@ class ContinuousBatcher:
             class_rates_per_s=self.class_rates_per_s(now_s),
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
+            per_step_clock=self.clock_policy is not None,
         )

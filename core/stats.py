@@ -36,6 +36,9 @@ class ReplicaStats:
     # (batching.step_speed): 2.0 runs twice as slow as planned; 1.0 as planned (or the engine
     # runs the planner's model itself); 0.0 not measured yet (no step timed).
     step_time_ratio: float = 1.0
+    # The engine picks each step's clock inside the plan's band (throttLL'eM's hook); False:
+    # it runs at the band's floor, which must then carry the load (a vLLM replica here).
+    per_step_clock: bool = False
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
 
@@ -60,7 +63,8 @@ class ReplicaStats:
         kwargs: dict = {}
         for f in fields(cls):
             if f.name in metrics:
-                kwargs[f.name] = int(metrics[f.name]) if f.type == "int" else float(metrics[f.name])
+                value = metrics[f.name]
+                kwargs[f.name] = int(value) if f.type == "int" else bool(value) if f.type == "bool" else float(value)
         kwargs["class_rates_per_s"] = {
             k[len(RATE_PREFIX):]: float(v) for k, v in metrics.items() if k.startswith(RATE_PREFIX)
         }

@@ -216,7 +216,7 @@ class PoolShapePlanner:
         mean = totals.mean() if len(totals) > 2 else 0.0
         if mean > 0 and totals.std() / mean > self.config.bursty_cv:
             self._bursty_until[pool] = now_s + self.config.bursty_lookback_s  # stays bursty a window long
-        if now_s < self._bursty_until.get(pool, -math.inf):
+        if self.is_bursty(pool, now_s):
             lookback_s = self.config.bursty_lookback_s
         for t, interactive, batch in history:
             if t >= now_s - lookback_s:
@@ -271,6 +271,10 @@ class PoolShapePlanner:
                 if need is not None and need <= instances + 1e-9:
                     return clock
         return self.max_clock_mhz
+
+    def is_bursty(self, pool: str, now_s: float) -> bool:
+        """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""
+        return now_s < self._bursty_until.get(pool, -math.inf)
 
     def forget(self, pool: str) -> None:
         """A pool given back (folded into another): planned afresh if it serves again."""

@@ -27,6 +27,10 @@ class ThrottllemConfig(BaseModel):
     slo_headroom: float = Field(default=0.8, gt=0, le=1, description=(
         "Share of the TBT and E2E targets the projection may use: prefill steps of later arrivals "
         "stretch real iterations beyond M's decode-only projection (bench/throttllem.py)."))
+    ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
+        "Share of a waiting prompt's TTFT target its prefill is planned to end within, when the clock "
+        "is raised for the prompts still to prefill: clock-change stalls and prompts arriving after "
+        "the search take the rest (the same share the DynamoLLM planner sizes instances for)."))
     correction_alpha: float = Field(default=0.05, ge=0, le=1, description=(
         "Online correction of M: projections are stretched by an EWMA (this weight per step) of each "
         "observed step's time over M's prediction for it, which takes in the prefills M does not "

@@ -7,11 +7,12 @@ seconds) the queue grew at the planner's low clock floor until new instances sta
 and those prompts missed their TTFT. Here the prompts are taken in the order the batcher
 prefills them (running chunks first, then the waiting queue, FCFS); an interactive prompt
 meets its target when every prefill up to and including its own ends by its arrival plus
-its TTFT. Prefill time scales with the clock as the perf model's `stretch`, so one pass
-finds the largest stretch every prompt tolerates, and the clock is the lowest that fits
-it (the top one if none does: as throttLL'eM runs a lost request, best effort). Decode
-steps interleaved with the chunks are left out: the clock is a floor, and the planner's
-instances carry the decodes.
+`headroom` of its TTFT. The prefills are cut into steps of the batcher's token budget,
+and each step also decodes the running batch's marginal share (the weight read is paid
+by the prefill), so a prompt's first token comes after its prefill time plus that many
+decode shares, each stretched by its own compute share at a clock. The clock is the
+lowest at which every prompt fits (the top one if none does: as throttLL'eM runs a lost
+request, best effort); feasibility only grows with the clock, so a bisection finds it.
 """
 
 from __future__ import annotations
@@ -21,19 +22,43 @@ import numpy as np
 from batching.continuous_batcher import ContinuousBatcher
 
 
-def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float) -> float | None:
+def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float,
+                              headroom: float = 1.0) -> float | None:
     """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
-    prefill ends its prefill within its TTFT; None when no interactive prompt waits."""
+    prefill ends its prefill within `headroom` of its TTFT; None when no interactive
+    prompt waits for its first token."""
     queue = [s for s in (*batcher.running, *batcher.waiting) if s.prefilled < s.prefill_target]
     waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
     if not waits.any():
         return None
     perf = batcher.perf
+    tp = batcher.tensor_parallel
+    top = perf.gpu.max_clock_mhz
     left = np.array([s.prefill_target - s.prefilled for s in queue], dtype=float)
     target = np.array([s.prefill_target for s in queue], dtype=float)
-    due_s = np.array([s.request.arrival_s + s.request.slo.ttft_s for s in queue]) - now_s
-    # Cumulative prefill time at the top clock (stretch 1), in the batcher's order.
-    done_s = np.cumsum(perf.prefill_time_s(left, left * target, batcher.tensor_parallel, perf.gpu.max_clock_mhz))
-    tolerated = float(np.min(due_s[waits] / done_s[waits]))
-    share = perf.gpu.prompt_compute_share
-    return float(next((c for c in clocks_mhz if perf.stretch(share, c) <= tolerated), clocks_mhz[-1]))
+    due_s = (np.array([s.request.arrival_s + headroom * s.request.slo.ttft_s for s in queue]) - now_s)[waits]
+    # At the top clock (stretch 1), in the batcher's order: prefill time and the steps it spans.
+    cum_left = np.cumsum(left)
+    prefill_s = np.cumsum(perf.prefill_time_s(left, left * target, tp, top))[waits]
+    steps = np.ceil(cum_left / max(batcher.step_tokens, 1))[waits]
+    decoding = [s for s in batcher.running if s.prefilled >= s.prefill_target]
+    context = float(sum(s.context_tokens for s in decoding))
+    decode_share_s = (perf.decode_time_s(len(decoding), context, tp, top) - perf.decode_time_s(0, 0.0, tp, top)
+                      if decoding else 0.0)
+    prompt_share, token_share = perf.gpu.prompt_compute_share, perf.gpu.token_compute_share
+
+    def fits(clock_mhz: float) -> bool:
+        done_s = (prefill_s * perf.stretch(prompt_share, clock_mhz)
+                  + steps * decode_share_s * perf.stretch(token_share, clock_mhz))
+        return bool(np.all(done_s <= due_s))
+
+    lo, hi = 0, len(clocks_mhz) - 1
+    if not fits(float(clocks_mhz[hi])):
+        return float(clocks_mhz[hi])
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if fits(float(clocks_mhz[mid])):
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(clocks_mhz[lo])

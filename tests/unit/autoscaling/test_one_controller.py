@@ -255,6 +255,39 @@ def test_while_instances_start_the_serving_replicas_run_at_the_clock_the_load_ne
     assert floor == policy.planner.shape("pool-short").clock_mhz  # the planned clock again
 
 
+def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_lowest_floor(profile) -> None:
+    """The planned clock sizes instances; replicas whose per-step search sees every deadline
+    may run below it. Replicas that run at the floor (vLLM here), a bursty pool, or the
+    setting off keep the planned clock as the floor."""
+    lowest = min(profile.clocks_mhz)
+
+    def floor_after(per_step_clock: bool, rate_at, config: WattwiseConfig, end_s: float = 600.0) -> float:
+        policy = WattwisePolicy(config, profile=profile)
+        t, plan = 0.0, None
+        while t <= end_s:
+            stats = ReplicaStats(tensor_parallel=8, per_step_clock=per_step_clock, class_rates_per_s={"SS": rate_at(t)})
+            view = ClusterView({"pool-short": DeploymentView("pool-short", 1, 1, 1, 64, (stats,))})
+            plan = policy.observe(view, t)
+            t += policy.config.plan_interval_s
+        assert plan is not None
+        return plan.clock_band_mhz["pool-short"][0]
+
+    config = WattwiseConfig(pools={"pool-short": POOLS["pool-short"]}, fold_pools=False,
+                            tensor_parallel_options={"pool-short": [8]})
+    steady = lambda t: 20.0  # noqa: E731
+    bursty = lambda t: 20.0 if t % 120.0 < 20.0 else 0.0  # noqa: E731
+    assert floor_after(True, steady, config) == lowest
+    planned = floor_after(False, steady, config)
+    assert planned > lowest
+    assert floor_after(True, steady, config.model_copy(update={"lowest_floor_when_steady": False})) == planned
+    assert floor_after(True, bursty, config) > lowest
+
+
+def test_replica_stats_survive_serves_flat_metrics() -> None:
+    stats = ReplicaStats(queued_requests=3, clock_mhz=1410.0, per_step_clock=True, class_rates_per_s={"SS": 1.5})
+    assert ReplicaStats.from_metrics(stats.to_metrics()) == stats
+
+
 def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it(profile) -> None:
     """On/off traffic (the code trace: bursts of ~30 req/s minutes apart) is planned at the
     peak of the last `bursty_lookback_s`, so the next burst finds the instances the last one

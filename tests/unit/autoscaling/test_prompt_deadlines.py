@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
@@ -63,7 +64,7 @@ def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() 
     batcher.set_clock_band(CLOCKS[0], CLOCKS[-1])
     for i in range(prompts):
         batcher.add(_prompt(i, tokens, ttft_s), 0.0)
-    needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0)
+    needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0, ThrottllemConfig().ttft_headroom)
     assert needed is not None and needed > CLOCKS[0]
     assert batcher.clock_policy.choose_clock_mhz(batcher, 0.0) == needed
     batcher.plan_step(0.0)
@@ -75,3 +76,52 @@ def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() 
         capped.add(_prompt(i, tokens, ttft_s), 0.0)
     capped.plan_step(0.0)
     assert capped.clock_mhz == CLOCKS[1] < needed
+
+
+def _burst(batcher: ContinuousBatcher, prompts: int, tokens: int, ttft_s: float, first: int = 0) -> None:
+    for i in range(first, first + prompts):
+        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+
+
+def test_a_smaller_share_of_the_ttft_needs_a_higher_clock() -> None:
+    tokens, ttft_s = 3000, 10.0
+    prompts = next(n for n in range(1, 200) if _prefill_s(n, tokens, CLOCKS[0]) > 0.5 * ttft_s)
+    batcher = _batcher()
+    _burst(batcher, prompts, tokens, ttft_s)
+    whole = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0)
+    half = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0, headroom=0.5)
+    assert whole is not None and half is not None and whole < half
+    assert _prefill_s(prompts, tokens, half) <= 0.5 * ttft_s
+
+
+def test_running_decodes_interleaved_with_the_prefills_raise_the_clock() -> None:
+    """Each chunk's step also decodes the running batch: the same queue behind 64 decoding
+    sequences needs a higher clock than on an idle replica."""
+    tokens, ttft_s = 3000, 10.0
+    prompts = next(n for n in range(1, 200) if _prefill_s(n, tokens, CLOCKS[0]) > ttft_s)
+    idle, busy = _batcher(), _batcher()
+    for i in range(64):
+        busy.add(_prompt(1000 + i, 200, 10.0), 0.0)
+    t = 0.0
+    while any(s.prefilled < s.prefill_target for s in busy.running) or busy.waiting:
+        step = busy.plan_step(t)
+        assert step is not None
+        busy.finish_step(step)
+        t = step.end_s
+    assert len(busy.running) == 64
+    _burst(idle, prompts, tokens, ttft_s + t)
+    _burst(busy, prompts, tokens, ttft_s + t)
+    alone = prompt_deadline_clock_mhz(idle, CLOCKS, t)
+    behind = prompt_deadline_clock_mhz(busy, CLOCKS, t)
+    assert alone is not None and behind is not None and CLOCKS[0] < alone < behind
+
+
+def test_a_prompt_prefilling_in_chunks_still_counts_once_nothing_waits() -> None:
+    batcher = _batcher()
+    batcher.add(_prompt(0, 6 * batcher.step_tokens, 0.5), 0.0)
+    step = batcher.plan_step(0.0)
+    assert step is not None and not batcher.waiting
+    batcher.finish_step(step)
+    assert batcher.running[0].prefilled < batcher.running[0].prefill_target
+    clock = prompt_deadline_clock_mhz(batcher, CLOCKS, step.end_s)
+    assert clock is not None and clock > CLOCKS[0]
