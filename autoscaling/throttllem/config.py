@@ -24,7 +24,7 @@ class ThrottllemConfig(BaseModel):
     margin_per_error: float = Field(default=1.0, ge=0, description=(
         "How much of length_error the projections add to each predicted length (1 + margin_per_error "
         "* length_error)."))
-    slo_headroom: float = Field(default=0.8, gt=0, le=1, description=(
+    slo_headroom: float = Field(default=0.7, gt=0, le=1, description=(
         "Share of the TBT and E2E targets the projection may use: prefill steps of later arrivals "
         "stretch real iterations beyond M's decode-only projection (bench/throttllem.py)."))
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(

@@ -74,7 +74,8 @@ def test_e2e_check_protects_running_requests_and_admits_lost_ones_that_harm_no_o
     admission.projector.sync(b, 1.0)
     alone, _ = finish_s(admission, b, 1.0)
     # "a" meets it only alone
-    deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=float(alone[0]) * 1.001 / admission.projector.config.slo_headroom)
+    headroom = admission.projector.config.slo_headroom  # the projection stretches what is left by 1 / headroom
+    deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=(1.0 + (float(alone[0]) - 1.0) / headroom) * 1.001)
     b, admission, _ = replica([req("a", 500, 300, deadline)])
     assert not admission.admit(b.add(req("b", 7000, 300), 1.0), b, 1.0)
     # A request already past its own deadline that slows no one down is scheduled, marked lost.
