@@ -2,7 +2,7 @@
 
 | decision | owner | where it runs |
 | --- | --- | --- |
-| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool of interactive work whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
 | which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
 | how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
@@ -77,9 +77,9 @@ class WattwiseConfig(BaseModel):
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
     lowest_floor_when_steady: bool = Field(default=True, description=(
-        "A pool that is not bursty and whose replicas all pick each step's clock (throttLL'eM's "
-        "hook) gets the GPU's lowest clock as its band's floor; the planned clock then sizes its "
-        "instances only. False: the planned clock is always the floor."))
+        "A pool that is not bursty, serves no batch work, and whose replicas all pick each step's "
+        "clock (throttLL'eM's hook) gets the GPU's lowest clock as its band's floor; the planned "
+        "clock then sizes its instances only. False: the planned clock is always the floor."))
 
 
 class WattwisePolicy:
@@ -234,20 +234,29 @@ class WattwisePolicy:
 
     def _clock_floor(self, host: str, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
                      rates: dict[str, float], dilation: Dilation, now_s: float) -> int:
-        """The band's floor. A steady pool whose replicas pick each step's clock gets the GPU's
-        lowest: their search sees every deadline (admitted requests, and the prompts still to
-        prefill), so the planned clock sizes instances only, and steps below the planned peak
-        run slower. Otherwise the planned clock, unless instances are on their way: until they
-        are ready, the replicas already serving carry the planned load, at the clock that needs
-        (the top one if they cannot). A bursty pool keeps the planned floor: in a burst its
-        long prefills interleave with the running decodes, whose TBT a low clock stretches."""
+        """The band's floor. A steady pool of interactive work whose replicas pick each step's
+        clock gets the GPU's lowest: their search sees every deadline (admitted requests, and
+        the prompts still to prefill), so the planned clock sizes instances only, and steps
+        below the planned peak run slower. Otherwise the planned clock, unless instances are on
+        their way: until they are ready, the replicas already serving carry the planned load, at
+        the clock that needs (the top one if they cannot). A bursty pool keeps the planned
+        floor: in a burst its long prefills interleave with the running decodes, whose TBT a
+        low clock stretches. So does a pool serving batch work: it fills the batches at the
+        clock its loose deadlines allow, and interactive prompts arriving wait behind it."""
         if (self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
-                and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)):
+                and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)
+                and not self._serves_batch(dep)):
             return self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,
                                                            dilation))
+
+    @staticmethod
+    def _serves_batch(dep: DeploymentView) -> bool:
+        """Batch requests arrived on or wait at any of the pool's replicas (the replicas'
+        trailing rate window)."""
+        return any(s.batch_rate_per_s > 0 or s.batch_waiting > 0 for s in dep.replica_stats)
 
     def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView) -> float:
         """Watts of the cheapest shape that carries the group's planned load on its host;
