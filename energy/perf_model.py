@@ -127,6 +127,12 @@ class PerfModel:
         base_ms = f.d0 + f.d1 * batch + f.d2 * context_tokens
         return base_ms * self.stretch(self.gpu.token_compute_share, clock_mhz) / 1000.0
 
+    def decode_marginal_s(self, batch: float, context_tokens: float, tp: int, clock_mhz: float) -> float:
+        """The per-sequence and per-context part of a decode step: what decoding `batch`
+        sequences adds to a step that already reads the weights for a prefill chunk."""
+        f = self._fit(tp)
+        return (f.d1 * batch + f.d2 * context_tokens) * self.stretch(self.gpu.token_compute_share, clock_mhz) / 1000.0
+
     def iteration(
         self,
         prefill_tokens: int,
@@ -143,13 +149,13 @@ class PerfModel:
         """
         if prefill_tokens <= 0 and decode_batch <= 0:
             return IterationCost(0.0, self.idle_power_w(tp))
-        f = self._fit(tp)
         t_prefill = self.prefill_time_s(prefill_tokens, prefill_sum_sq, tp, clock_mhz) if prefill_tokens > 0 else 0.0
-        if decode_batch > 0:
-            base_ms = (f.d0 if prefill_tokens <= 0 else 0.0) + f.d1 * decode_batch + f.d2 * decode_context_tokens
-            t_decode = base_ms * self.stretch(self.gpu.token_compute_share, clock_mhz) / 1000.0
-        else:
+        if decode_batch <= 0:
             t_decode = 0.0
+        elif prefill_tokens <= 0:
+            t_decode = self.decode_time_s(decode_batch, decode_context_tokens, tp, clock_mhz)
+        else:
+            t_decode = self.decode_marginal_s(decode_batch, decode_context_tokens, tp, clock_mhz)
         total = t_prefill + t_decode
         power_per_gpu = (
             t_prefill * self.phase_power_w("prompt", clock_mhz)

@@ -43,8 +43,7 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     steps = np.ceil(cum_left / max(batcher.step_tokens, 1))[waits]
     decoding = [s for s in batcher.running if s.prefilled >= s.prefill_target]
     context = float(sum(s.context_tokens for s in decoding))
-    decode_share_s = (perf.decode_time_s(len(decoding), context, tp, top) - perf.decode_time_s(0, 0.0, tp, top)
-                      if decoding else 0.0)
+    decode_share_s = perf.decode_marginal_s(len(decoding), context, tp, top)
     prompt_share, token_share = perf.gpu.prompt_compute_share, perf.gpu.token_compute_share
 
     def fits(clock_mhz: float) -> bool:

@@ -24,6 +24,11 @@ def _prompt(i: int, prompt_tokens: int, ttft_s: float, service_class: str = "int
                    predicted_output_tokens=50, target_output_tokens=50)
 
 
+def _burst(batcher: ContinuousBatcher, prompts: int, tokens: int, ttft_s: float) -> None:
+    for i in range(prompts):
+        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+
+
 def _prefill_s(prompts: int, tokens: int, clock_mhz: float) -> float:
     """The queue's prefills one after another, as the function costs them."""
     return prompts * PERF.prefill_time_s(tokens, tokens * tokens, TP, clock_mhz)
@@ -41,8 +46,7 @@ def test_a_burst_gets_the_lowest_clock_at_which_the_last_prompt_meets_its_ttft()
     prompts = next(n for n in range(1, 200) if _prefill_s(n, tokens, CLOCKS[0]) > ttft_s)
     assert _prefill_s(prompts, tokens, CLOCKS[-1]) < ttft_s  # the top clock makes it
     batcher = _batcher()
-    for i in range(prompts):
-        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+    _burst(batcher, prompts, tokens, ttft_s)
     clock = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0)
     assert clock is not None and CLOCKS[0] < clock
     assert _prefill_s(prompts, tokens, clock) <= ttft_s
@@ -62,8 +66,7 @@ def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() 
     batcher = _batcher()
     batcher.admission, batcher.clock_policy = replica_policies(PERF, batcher.config)
     batcher.set_clock_band(CLOCKS[0], CLOCKS[-1])
-    for i in range(prompts):
-        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
+    _burst(batcher, prompts, tokens, ttft_s)
     needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0, ThrottllemConfig().ttft_headroom)
     assert needed is not None and needed > CLOCKS[0]
     assert batcher.clock_policy.choose_clock_mhz(batcher, 0.0) == needed
@@ -72,15 +75,9 @@ def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() 
     capped = _batcher()
     capped.admission, capped.clock_policy = replica_policies(PERF, capped.config)
     capped.set_clock_band(CLOCKS[0], CLOCKS[1])
-    for i in range(prompts):
-        capped.add(_prompt(i, tokens, ttft_s), 0.0)
+    _burst(capped, prompts, tokens, ttft_s)
     capped.plan_step(0.0)
     assert capped.clock_mhz == CLOCKS[1] < needed
-
-
-def _burst(batcher: ContinuousBatcher, prompts: int, tokens: int, ttft_s: float, first: int = 0) -> None:
-    for i in range(first, first + prompts):
-        batcher.add(_prompt(i, tokens, ttft_s), 0.0)
 
 
 def test_a_smaller_share_of_the_ttft_needs_a_higher_clock() -> None:
