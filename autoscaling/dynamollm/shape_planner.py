@@ -12,7 +12,8 @@ Load per class is the trailing peak of the interactive rates replicas report, ti
 margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
 fills spare capacity behind interactive work, so it needs capacity on average only). Instances
 grow at once and shrink only after the smaller count held for
-`downscale_hold_s`; a TP change happens at a pool epoch when the watts it saves over the
+`downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill from
+zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch when the watts it saves over the
 epoch pay the reconfiguration (the shared overhead table), or at once when the current
 TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
 its ceiling the GPU's top, and the replicas' per-step clock hook searches inside it.
@@ -54,6 +55,9 @@ class ShapePlannerConfig(BaseModel):
         "Window of the trailing peak rate for a bursty pool; a pool stays bursty this long after "
         "it last varied more than `bursty_cv` (bursts close together vary less over the window, "
         "yet each still needs the instances the last one did)."))
+    warmup_s: float = Field(default=120.0, ge=0, description=(
+        "For this long after a pool's first plan it neither shrinks nor counts as bursty: its "
+        "replicas' arrival-rate windows fill from zero, a ramp that reads as low and varying load."))
     batch_window_s: float = Field(default=900.0, gt=0, description=(
         "Batch work is planned at its mean rate over this window, without a burst margin: it "
         "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
@@ -190,6 +194,7 @@ class PoolShapePlanner:
         self._dilation: dict[str, Dilation] = {}
         self._lower_since: dict[str, float] = {}
         self._bursty_until: dict[str, float] = {}
+        self._first_planned_s: dict[str, float] = {}
         self._next_epoch_s: float | None = None
 
     def shape(self, pool: str) -> PoolShape | None:
@@ -214,7 +219,7 @@ class PoolShapePlanner:
         lookback_s = self.config.lookback_s
         totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s])
         mean = totals.mean() if len(totals) > 2 else 0.0
-        if mean > 0 and totals.std() / mean > self.config.bursty_cv:
+        if mean > 0 and totals.std() / mean > self.config.bursty_cv and not self.warming_up(pool, now_s):
             self._bursty_until[pool] = now_s + self.config.bursty_lookback_s  # stays bursty a window long
         if self.is_bursty(pool, now_s):
             lookback_s = self.config.bursty_lookback_s
@@ -272,6 +277,10 @@ class PoolShapePlanner:
                     return clock
         return self.max_clock_mhz
 
+    def warming_up(self, pool: str, now_s: float) -> bool:
+        """Whether the pool was first planned less than `warmup_s` ago."""
+        return now_s - self._first_planned_s.setdefault(pool, now_s) < self.config.warmup_s
+
     def is_bursty(self, pool: str, now_s: float) -> bool:
         """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""
         return now_s < self._bursty_until.get(pool, -math.inf)
@@ -315,7 +324,10 @@ class PoolShapePlanner:
             instances = max(instances, min(backlog_instances, cap))
         if late:
             instances = max(instances, min(best.instances + 1, cap))
-        if best.tensor_parallel == current.tensor_parallel and instances < current.instances:
+        tp_kept = best.tensor_parallel == current.tensor_parallel
+        if tp_kept and self.warming_up(pool, now_s):
+            instances = max(instances, current.instances)
+        elif tp_kept and instances < current.instances:
             since = self._lower_since.setdefault(pool, now_s)
             if now_s - since < cfg.downscale_hold_s:
                 instances = current.instances

@@ -2,6 +2,7 @@
 one overhead table, and the simulator's predicted lengths."""
 
 import asyncio
+import math
 import time
 from dataclasses import replace
 
@@ -10,6 +11,7 @@ import pytest
 
 from autoscaling.dynamollm.pool_folding import PoolFolding, partitions
 from autoscaling.dynamollm.shape_planner import (
+    PoolShape,
     PoolShapePlanner,
     ShapePlannerConfig,
     cheapest_shape,
@@ -322,6 +324,31 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     # the peak of the whole window until a window has passed since it last was.
     assert planned_after(bursts_then_dense, end_s=1000.0) == pytest.approx(30.0 * margin)
     assert planned_after(bursts_then_dense, end_s=1500.0) == pytest.approx(20.0 * margin)
+
+
+def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bursts(profile) -> None:
+    """At start the replicas' 30 s arrival-rate windows fill from zero: read as load, the
+    ramp looks bursty (the conversation trace's long pool kept the planned clock floor for its
+    first 15 minutes) and low (pools shrank before the load had been seen, and the coding
+    trace's first burst met one replica). For `warmup_s` a pool does neither."""
+    config = ShapePlannerConfig()
+    start = PoolShape(tensor_parallel=2, instances=3, clock_mhz=max(profile.clocks_mhz), power_w=math.inf)
+    light = 0.2  # req/s of LM that one TP2 instance carries
+
+    def after(end_s: float, warmup_s: float) -> tuple[int, bool]:
+        planner = PoolShapePlanner(profile, config.model_copy(update={"warmup_s": warmup_s}), LENGTHS,
+                                   reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+        t, shape = 0.0, start
+        while t <= end_s:
+            filled = min(max(t - 12.0, 0.0) / 30.0, 1.0)  # the first request comes 12 s in
+            planned = planner.planning_rates("pool-long", {"LM": light * filled}, 0.0, t)
+            shape = planner.plan("pool-long", planned, 96, 0, start, t, tps=[2])
+            t += 5.0
+        return shape.instances, planner.is_bursty("pool-long", t)
+
+    assert after(110.0, config.warmup_s) == (3, False)
+    assert after(110.0, 0.0) == (1, True)  # without a warm-up: the ramp is a burst, the pool shrinks at 90 s
+    assert after(400.0, config.warmup_s) == (1, False)  # then it follows the load it has seen
 
 
 def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
