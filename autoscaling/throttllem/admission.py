@@ -6,6 +6,8 @@ no protected request (the candidate aside) is projected past its deadline. Passi
 commits the entry; if only the candidate's own deadline fails it still joins, marked
 lost (it harms no one); anything else rolls back and the request keeps waiting.
 An empty replica always admits: waiting cannot make the request any faster.
+A refused interactive prompt is recorded on the projector, for the clock
+(autoscaling/throttllem/clock.py) to drain the batch ahead of it faster.
 """
 
 from __future__ import annotations
@@ -36,14 +38,15 @@ class ThrottllemAdmission:
             lost = bool(p.check_at_max(projection, now_s, tbt_s).late[-1])
         else:
             if not kv_fits(projection, p.kv_blocks_total):
-                return self._refuse()
+                return self._refuse(seq)
             verdict = p.check_at_max(projection, now_s, tbt_s)
             protected = board.lost.copy()
             protected[-1] = True  # the candidate's own deadline decides only "lost"
             if not verdict.passes(ignore=protected):
-                return self._refuse()
+                return self._refuse(seq)
             lost = bool(verdict.late[-1])
         board.commit(lost)
+        p.refused_prompt_id = None
         p.tbt_s = tbt_s
         p.changed = True
         if lost:
@@ -52,7 +55,9 @@ class ThrottllemAdmission:
         self.admitted += 1
         return True
 
-    def _refuse(self) -> bool:
+    def _refuse(self, seq: Sequence) -> bool:
         self.projector.scoreboard.rollback()
+        waits_first_token = seq.request.service_class != "batch" and seq.generated == 0
+        self.projector.refused_prompt_id = seq.request_id if waits_first_token else None
         self.refused += 1
         return False

@@ -5,7 +5,10 @@ finds the lowest supported clock at which the projection still passes the schedu
 TBT and deadline checks; while a lost request runs, max clock instead (best effort).
 The paper's scoreboard holds admitted requests only: prompts waiting to prefill also
 get their TTFT (autoscaling/throttllem/prompt_deadlines.py), checked at every step
-while any is still to prefill, so a burst raises the clock before the queue makes them late.
+while any is still to prefill, so a burst raises the clock before the queue makes them late. An interactive prompt that
+admission refused (the running batch's projected KV or TBT leaves it no room) waits for running requests to
+finish, which no prefill-time search sees: until it is admitted, max clock (best effort,
+as for a lost request), so the batch drains as fast as it can.
 Raising applies at once; lowering at most every `clock_lower_interval_s`, since each
 change stalls the GPU. The batcher applies the clock before its next step, so the
 search never delays a request; a replica on real GPUs forwards the change to the
@@ -46,6 +49,12 @@ class ThrottllemClock:
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
+        if p.refused_prompt_id is not None and batcher.waiting and batcher.waiting[0].request_id == p.refused_prompt_id:
+            top = float(p.synced_table.clocks_mhz[-1])
+            if batcher.clamp_to_band(top) > batcher.clock_mhz:
+                self.changes += 1
+                return top
+            return None
         prompts = prompt_deadline_clock_mhz(batcher, p.synced_table.clocks_mhz, now_s, self.config.ttft_headroom)
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_mhz:
             self.changes += 1

@@ -42,6 +42,9 @@ class ReplicaProjector:
         self.changed = False
         # Observed / predicted step time (EWMA).
         self.correction = 1.0
+        # The interactive prompt admission last refused (None once one is admitted): it
+        # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
+        self.refused_prompt_id: str | None = None
 
     @property
     def headroom(self) -> float:

@@ -52,6 +52,33 @@ def test_kv_check_queues_what_would_overflow_the_cache():
     assert admission2.admit(b2.add(small, 1.0), b2, 1.0)
 
 
+def test_a_prompt_refused_for_kv_runs_the_batch_ahead_of_it_at_max_clock_until_admitted():
+    """The refused prompt waits for running requests to finish and free their KV; no
+    prefill-time search sees that wait, so the replica runs flat out until it is admitted,
+    then the clock search takes over again. A refused batch request changes nothing."""
+    b, admission, clock = replica([req("a", 2000, 400)], kv_capacity_tokens=4000)
+    clocks = b.perf.gpu.supported_clocks_mhz()
+    b.set_clock_band(min(clocks), max(clocks))
+    b.set_clock(min(clocks))
+    b.add(req("b", 1500, 600, SLO(ttft_s=30.0, tbt_s=10)), 1.0)  # its prefill alone fits at any clock
+    assert b.plan_step(1.0) is not None
+    assert [s.request_id for s in b.waiting] == ["b"] and admission.projector.refused_prompt_id == "b"
+    assert clock.choose_clock_mhz(b, 1.1) == max(clocks)
+    b.abort("a")  # "a" is gone: its KV is free
+    assert b.plan_step(2.0) is not None and not b.waiting
+    assert admission.projector.refused_prompt_id is None
+    assert clock.choose_clock_mhz(b, 2.1) != max(clocks)
+
+    batch_job, batch_admission, batch_clock = replica([req("a", 2000, 400)], kv_capacity_tokens=4000)
+    batch_job.set_clock_band(min(clocks), max(clocks))
+    batch_job.set_clock(min(clocks))
+    batch_job.add(Request("j", 1500, 600, 1.0, LOOSE, service_class="batch", predicted_output_tokens=600,
+                          target_output_tokens=600), 1.0)
+    batch_job.plan_step(1.0)
+    assert batch_admission.projector.refused_prompt_id is None
+    assert batch_clock.choose_clock_mhz(batch_job, 1.1) != max(clocks)
+
+
 def test_tbt_check_queues_when_the_mean_gap_would_exceed_the_target():
     b, admission, _ = replica([req("a", 3000, 200)])
     admission.projector.sync(b, 1.0)
