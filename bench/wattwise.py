@@ -12,8 +12,9 @@ and its held-out half with a Batch API job of 3,000 requests landing at once 5 m
 ("batch-dump", Chiron's W_B on top of interactive traffic) or of 25,000 ("batch-deadline":
 at the Batch API's 32 requests out at once it would take ~80 min, past its 1 h deadline);
 (d) a diurnal synthetic day (2 req/s on average, 10x peak to trough, conversation lengths).
-The composite's planner settings (headrooms, margins, windows) were chosen on the
-conversation trace's first half (t < 1800 s), its bursty-pool rule (`bursty_cv`,
+The composite's planner settings (headrooms, margins, windows, the warm-up) and the clock
+of a prompt admission refused were chosen on the conversation trace's first half
+(t < 1800 s), its bursty-pool rule (`bursty_cv`,
 `bursty_lookback_s`) on the first halves of both traces: "conv-heldout", "code-heldout" and
 "diurnal" are data it was not tuned on ("code" is half tuning data; the rule that keeps a pool
 bursty, `484bc03`, was read from code's second half, so "code-shuffled" is its held-out test). Every policy

@@ -5,10 +5,11 @@ finds the lowest supported clock at which the projection still passes the schedu
 TBT and deadline checks; while a lost request runs, max clock instead (best effort).
 The paper's scoreboard holds admitted requests only: prompts waiting to prefill also
 get their TTFT (autoscaling/throttllem/prompt_deadlines.py), checked at every step
-while any is still to prefill, so a burst raises the clock before the queue makes them late. An interactive prompt that
-admission refused (the running batch's projected KV or TBT leaves it no room) waits for running requests to
-finish, which no prefill-time search sees: until it is admitted, max clock (best effort,
-as for a lost request), so the batch drains as fast as it can.
+while any is still to prefill, so a burst raises the clock before the queue makes them
+late. An interactive prompt that admission refused (the running batch's projected KV or
+TBT leaves it no room) waits for running requests to finish, which no prefill-time search
+sees: until it is admitted, max clock (best effort, as for a lost request), so the batch
+ahead of it drains as fast as it can.
 Raising applies at once; lowering at most every `clock_lower_interval_s`, since each
 change stalls the GPU. The batcher applies the clock before its next step, so the
 search never delays a request; a replica on real GPUs forwards the change to the
