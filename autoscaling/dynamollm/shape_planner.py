@@ -10,12 +10,12 @@ the search, so the planner never loses to one of them on the profile's terms.
 
 Load per class is the trailing peak of the interactive rates replicas report, times a
 margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
-fills spare capacity behind interactive work, so it needs capacity on average only). Instances
-grow at once and shrink only after the smaller count held for
-`downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill from
-zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch when the watts it saves over the
-epoch pay the reconfiguration (the shared overhead table), or at once when the current
-TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
+fills spare capacity behind interactive work, so it needs capacity on average only).
+Instances grow at once and shrink only after the smaller count held for
+`downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill
+from zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch
+when the watts it saves over the epoch pay the reconfiguration (the shared overhead
+table), or at once when the current TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
 its ceiling the GPU's top, and the replicas' per-step clock hook searches inside it.
 The profile may be wrong for the engines that run: each pool is planned at the speed its
 replicas measure against the profile (`Dilation`, batching.step_speed), not only at the
@@ -209,6 +209,7 @@ class PoolShapePlanner:
         total = sum(rates.values())
         share = min(batch_rate / total, 1.0) if total > 0 else 0.0
         history = self._history.setdefault(pool, deque())
+        self._first_planned_s.setdefault(pool, now_s)
         history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
                         {c: r * share for c, r in rates.items()}))
         horizon = max(self.config.lookback_s, self.config.batch_window_s, self.config.bursty_lookback_s)
@@ -278,8 +279,9 @@ class PoolShapePlanner:
         return self.max_clock_mhz
 
     def warming_up(self, pool: str, now_s: float) -> bool:
-        """Whether the pool was first planned less than `warmup_s` ago."""
-        return now_s - self._first_planned_s.setdefault(pool, now_s) < self.config.warmup_s
+        """Whether the pool was first planned less than `warmup_s` ago (a pool not yet
+        planned is: its first plan is now)."""
+        return now_s - self._first_planned_s.get(pool, now_s) < self.config.warmup_s
 
     def is_bursty(self, pool: str, now_s: float) -> bool:
         """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""

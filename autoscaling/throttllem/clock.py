@@ -50,16 +50,16 @@ class ThrottllemClock:
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
-        if p.refused_prompt_id is not None and batcher.waiting and batcher.waiting[0].request_id == p.refused_prompt_id:
-            top = float(p.synced_table.clocks_mhz[-1])
-            if batcher.clamp_to_band(top) > batcher.clock_mhz:
-                self.changes += 1
-                return top
-            return None
-        prompts = prompt_deadline_clock_mhz(batcher, p.synced_table.clocks_mhz, now_s, self.config.ttft_headroom)
+        clocks = p.synced_table.clocks_mhz
+        refused = p.refused_prompt_id is not None and bool(batcher.waiting) \
+            and batcher.waiting[0].request_id == p.refused_prompt_id
+        prompts = (float(clocks[-1]) if refused
+                   else prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom))
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_mhz:
             self.changes += 1
             return prompts
+        if refused:  # already at the band's ceiling until the prompt is admitted
+            return None
         if not p.changed and now_s - self._searched_s < self.config.clock_refresh_s:
             return None
         p.changed = False
