@@ -15,8 +15,9 @@ Instances grow at once and shrink only after the smaller count held for
 `downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill
 from zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch
 when the watts it saves over the epoch pay the reconfiguration (the shared overhead
-table), or at once when the current TP cannot carry the load. The plan's clock is a band: its floor is the planned clock,
-its ceiling the GPU's top, and the replicas' per-step clock hook searches inside it.
+table), or at once when the current TP cannot carry the load. The plan's clock is a band:
+its floor is the planned clock, its ceiling the GPU's top, and the replicas' per-step
+clock hook searches inside it.
 The profile may be wrong for the engines that run: each pool is planned at the speed its
 replicas measure against the profile (`Dilation`, batching.step_speed), not only at the
 profile's.
