@@ -110,6 +110,37 @@ def scale_rate(w: Workload, factor: float, rng: np.random.Generator) -> Workload
     return Workload(arrival[order], w.prompt_tokens[idx][order], w.output_tokens[idx][order], w.interactive[idx][order])
 
 
+def amplify_rate(w: Workload, low_rps: float, peak_rps: float, bin_s: float, rng: np.random.Generator) -> Workload:
+    """The trace's rate curve mapped onto [`low_rps`, `peak_rps`]: its shape kept, the gap
+    between its quietest and busiest bins (about `bin_s` long) widened or narrowed to that range.
+
+    throttLL'eM's headline experiment (paper §V-D2) scales the Azure trace this way, to
+    10%-100% of the largest engine's max load, so that every engine size serves part of
+    it. The rate at each arrival is the bins' rates interpolated between bin centres, so
+    the load ramps rather than jumps at bin edges; a request is kept floor(f) times and
+    once more with probability frac(f), f its target rate over the trace's rate there,
+    its copies jittered within one target inter-arrival gap."""
+    if not 0 < low_rps <= peak_rps:
+        raise ValueError("need 0 < low_rps <= peak_rps")
+    if bin_s <= 0:
+        raise ValueError("bin length must be > 0")
+    edges = np.linspace(0.0, w.duration_s, max(round(w.duration_s / bin_s), 1) + 1)  # equal bins, none partial
+    counts = np.histogram(w.arrival_s, edges)[0]
+    rates = counts / np.diff(edges)
+    if rates.max() == rates.min():
+        raise ValueError("a trace of one rate has no shape to amplify")
+    rate = np.interp(w.arrival_s, (edges[:-1] + edges[1:]) / 2, rates)
+    target = low_rps + (rate - rates.min()) / (rates.max() - rates.min()) * (peak_rps - low_rps)
+    factor = target / rate
+    copies = np.floor(factor).astype(np.int64) + (rng.random(len(w)) < factor - np.floor(factor))
+    idx = np.repeat(np.arange(len(w)), copies)
+    first = np.r_[True, idx[1:] != idx[:-1]]
+    arrival = w.arrival_s[idx] + np.where(first, 0.0, rng.uniform(0.0, 1.0 / target[idx]))
+    order = np.argsort(arrival, kind="stable")
+    idx = idx[order]
+    return Workload(arrival[order], w.prompt_tokens[idx], w.output_tokens[idx], w.interactive[idx])
+
+
 def gamma_arrivals(rate_per_s: float, duration_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
     """Arrival times with Gamma inter-arrivals of the given CV (1 = Poisson, > 1 bursty)."""
     if rate_per_s <= 0 or cv <= 0:

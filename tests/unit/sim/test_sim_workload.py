@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from sim.cli import main
 from sim.config import SimConfig
 from sim.oracle import oracle_energy
 from sim.run import simulate
 from sim.workload import (
+    Workload,
+    amplify_rate,
     fit_context,
     gamma_arrivals,
     load_trace,
@@ -93,3 +96,25 @@ def test_shuffled_blocks_keep_every_request_and_each_blocks_arrivals():
     assert np.array_equal(np.sort(out.arrival_s % 60.0), np.sort(w.arrival_s % 60.0))  # offsets inside a block
     assert minute_sizes(out) == minute_sizes(w)  # the same bursts
     assert not np.array_equal(out.arrival_s, w.arrival_s)  # in another order
+
+
+def test_amplified_rate_spans_the_range_in_the_traces_shape():
+    w = window(load_trace("conv"), 0, 900)
+    out = amplify_rate(w, 1.5, 15.0, 60.0, np.random.default_rng(0))
+
+    def per_minute(x) -> np.ndarray:
+        return np.histogram(x.arrival_s, np.linspace(0.0, w.duration_s, 16))[0] / (w.duration_s / 15)
+
+    before, after = per_minute(w), per_minute(out)
+    assert after.max() / before.max() > 1.5  # the peak is raised to 15 req/s ...
+    assert 9.0 < after.max() < 18.0 and 0.5 < after.min() < 4.5  # ... and the quietest minute near 1.5
+    assert after.max() / after.min() > 3 * before.max() / before.min()  # the variation amplified
+    assert np.argmax(after) == np.argmax(before) and np.argmin(after) == np.argmin(before)  # its shape kept
+    assert np.all(np.diff(out.arrival_s) >= 0) and out.arrival_s.min() >= 0
+    pairs = set(zip(w.prompt_tokens.tolist(), w.output_tokens.tolist(), strict=True))
+    assert set(zip(out.prompt_tokens.tolist(), out.output_tokens.tolist(), strict=True)) <= pairs  # trace requests
+    with pytest.raises(ValueError, match="low_rps"):
+        amplify_rate(w, 2.0, 1.0, 60.0, np.random.default_rng(0))
+    flat = Workload(np.arange(0.0, 120.0, 1.0), np.ones(120, np.int64), np.ones(120, np.int64), np.ones(120, bool))
+    with pytest.raises(ValueError, match="one rate"):
+        amplify_rate(flat, 1.0, 2.0, 60.0, np.random.default_rng(0))
