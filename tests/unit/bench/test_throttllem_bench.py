@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from bench.throttllem import MAX_CLOCK_MHZ, Timings, amplified, run, trace_window
+from bench.throttllem import MAX_CLOCK_MHZ, STATIC, Headrooms, Timings, Variant, amplified, run, trace_window
 
 
 def test_throttling_only_lowers_the_clock_of_a_lightly_loaded_engine():
     w = amplified(trace_window(0.0, 120.0), 4.0)  # TP8 at 0.4-4 req/s: far below its max load
-    static = run(w, autoscale=False, throttle=False, error=0.0, timings=None)
+    static = run(w, STATIC, Headrooms(), timings=None)
     timings = Timings()
-    throttled = run(w, autoscale=False, throttle=True, error=0.0, timings=timings)
+    throttled = run(w, Variant("throttling only", autoscale=False, throttle=True), Headrooms(), timings)
     assert throttled["tp"] == static["tp"] == 8  # no autoscaling in either
     assert np.mean(timings.step_clock_mhz) < 0.8 * MAX_CLOCK_MHZ  # a static plan's clock does not pin it
     assert throttled["tpj"] > 1.1 * static["tpj"]
