@@ -12,6 +12,8 @@ two experiments of the paper on the same trace window:
   mapped onto 10%-100% of TP8's max load (shape kept, variation amplified so every engine
   size serves part of it); autoscaling only (max clock), throttling only (TP8), and both.
 
+throttLL'eM alone runs with slo_headroom 0.5 and load_headroom 0.7 (`Headrooms`, chosen on the
+trace's first half hour); the one controller's replicas keep ThrottllemConfig's 0.7.
 Prints the performance model's Table III (vs a linear model) and the decision latency
 per admission. Target (issue #6, #17): >= 1.7x tokens/J vs static max clock while 99% of
 requests meet their E2E deadline; decision p99 <= 1 ms.
