@@ -1,6 +1,6 @@
 """throttLL'eM on the Azure conversation trace vs static max clock (Triton-like), in the simulator.
 
-    wattwise bench throttllem [--start-s 0] [--duration-s 900]
+    wattwise bench throttllem [--start-s 0] [--duration-s 3600]
 
 One pool, one engine (TP8 to start), static max clock (the paper's Triton) as the baseline,
 two experiments of the paper on the same trace window:
@@ -180,7 +180,7 @@ def run_variants(w: Workload, variants: list[Variant], headrooms: Headrooms,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="wattwise bench throttllem")
     p.add_argument("--start-s", type=float, default=0.0)
-    p.add_argument("--duration-s", type=float, default=900.0)
+    p.add_argument("--duration-s", type=float, default=3600.0, help="the paper runs the trace's hour (~4 min here)")
     p.add_argument("--slo-headroom", type=float, default=Headrooms.slo, help=(
         "throttLL'eM's slo_headroom here. 0.5 with --load-headroom 0.7: of slo 0.4-0.7 x load 0.5-0.8, the pair"
         " with the most tokens/J at 99%% of deadlines on the trace's first half hour (--duration-s 1800)"))
