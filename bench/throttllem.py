@@ -205,7 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     variants += [Variant(f"throttLL'eM e={e:.2f}", True, True, e) for e in (0.0, 0.15, 0.30)]
     rows = run_variants(w, variants, headrooms, decisions)
     base = rows[0][1]["tpj"]
-    for label, r, _ in rows[3:]:
+    for variant, (label, r, _) in zip(variants, rows, strict=True):
+        if not (variant.autoscale and variant.throttle):
+            continue
         gain, met = r["tpj"] / base, r["e2e_met"]
         verdict = "met" if gain >= TARGET_GAIN and met >= TARGET_MET else "MISSED"
         print(f"  {verdict:>6} {label}: {gain:.2f}x tokens/J (target {TARGET_GAIN}x) at {met:.1%} of deadlines "

@@ -7,7 +7,7 @@ numpy Generator, so a seed fixes the whole run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -105,9 +105,13 @@ def scale_rate(w: Workload, factor: float, rng: np.random.Generator) -> Workload
     gap = w.duration_s / max(len(w), 1)
     # The first copy (or the thinned trace) keeps its times; added copies are jittered.
     jitter = np.concatenate([np.zeros(len(p)) if i == 0 else rng.uniform(0, gap, len(p)) for i, p in enumerate(picks)])
-    arrival = w.arrival_s[idx] + jitter
-    order = np.argsort(arrival, kind="stable")
-    return Workload(arrival[order], w.prompt_tokens[idx][order], w.output_tokens[idx][order], w.interactive[idx][order])
+    return _rearrived(w, idx, w.arrival_s[idx] + jitter)
+
+
+def _rearrived(w: Workload, idx: np.ndarray, arrival_s: np.ndarray) -> Workload:
+    """Requests `idx` of `w` (repeats allowed) arriving at `arrival_s`, in time order."""
+    order = np.argsort(arrival_s, kind="stable")
+    return replace(w.take(idx[order]), arrival_s=arrival_s[order])
 
 
 def amplify_rate(w: Workload, low_rps: float, peak_rps: float, bin_s: float, rng: np.random.Generator) -> Workload:
@@ -135,10 +139,7 @@ def amplify_rate(w: Workload, low_rps: float, peak_rps: float, bin_s: float, rng
     copies = np.floor(factor).astype(np.int64) + (rng.random(len(w)) < factor - np.floor(factor))
     idx = np.repeat(np.arange(len(w)), copies)
     first = np.r_[True, idx[1:] != idx[:-1]]
-    arrival = w.arrival_s[idx] + np.where(first, 0.0, rng.uniform(0.0, 1.0 / target[idx]))
-    order = np.argsort(arrival, kind="stable")
-    idx = idx[order]
-    return Workload(arrival[order], w.prompt_tokens[idx], w.output_tokens[idx], w.interactive[idx])
+    return _rearrived(w, idx, w.arrival_s[idx] + np.where(first, 0.0, rng.uniform(0.0, 1.0 / target[idx])))
 
 
 def gamma_arrivals(rate_per_s: float, duration_s: float, cv: float, rng: np.random.Generator) -> np.ndarray:
