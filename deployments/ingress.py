@@ -437,13 +437,26 @@ def health() -> dict[str, str]:
     return {"status": "ok"}
 
 
+# Serve statuses in which a pool serves: an autoscaling one keeps its running replicas (the
+# one controller resizes pools all the time), and a pool folded to none is routed around.
+SERVING_STATUSES = frozenset({"HEALTHY", "UPSCALING", "DOWNSCALING"})
+
+
+def pool_ready(status: dict[str, Any]) -> bool:
+    """A pool deployment serves: healthy or autoscaling, or updating with replicas running
+    (a rolling restart, e.g. a new TP); not unhealthy, failed, or deploying its first."""
+    if status.get("status") in SERVING_STATUSES:
+        return True
+    return status.get("status") == "UPDATING" and status.get("replicas", {}).get("RUNNING", 0) > 0
+
+
 @router.get("/health/ready")
 def ready(ingress: Serving) -> JSONResponse:
-    """Unauthenticated readiness (load balancers, LocalServe): is every pool deployment
-    healthy? 200 or 503, and nothing more than that per pool."""
+    """Unauthenticated readiness (load balancers, LocalServe): does every pool deployment
+    serve (`pool_ready`)? 200 or 503, and nothing more than that per pool."""
     state = ingress.state
     status = state.pools_status()
-    pools = {p.deployment_name: "HEALTHY" in status.get(state.deployment(p.deployment_name), {}).get("status", "")
+    pools = {p.deployment_name: pool_ready(status.get(state.deployment(p.deployment_name), {}))
              for p in ingress.config.pools}
     ready = bool(pools) and all(pools.values())
     return JSONResponse({"ready": ready, "pools": pools}, status_code=200 if ready else 503)

@@ -30,10 +30,11 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 def serve_pool_status(app_name: str, pools: set[str]) -> dict[str, Any]:
-    """Replica counts per pool deployment as Serve reports them."""
+    """Status (Serve's DeploymentStatus value, e.g. "HEALTHY") and replica counts per pool
+    deployment as Serve reports them."""
     status = serve.status().applications[app_name]
     return {
-        name: {"status": str(dep.status),
+        name: {"status": getattr(dep.status, "value", str(dep.status)),
                "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}}
         for name, dep in status.deployments.items()
         if name in pools

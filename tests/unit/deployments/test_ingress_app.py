@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from app.config import AppConfig, hash_key
 from core.paths import SERVE_CONFIG
-from deployments.ingress import Ingress
+from deployments.ingress import Ingress, pool_ready
 from deployments.ingress_state import IngressState
 from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
 from deployments.replica import LLMReplica, ReplicaIdentity
@@ -148,3 +148,14 @@ def test_replica_messages_pickle() -> None:
     for message in (ReplicaChunk("ab", 2, "stop", usage, splitwise=SplitwiseReport("p", "prompt", "t", "token", 9)),
                     Squashed(4.0), Shed("queue full", 1.0), Prefilled(ReplicaChunk("a", 1), None, "r0")):
         assert pickle.loads(pickle.dumps(message)) == message
+
+
+def test_a_pool_is_ready_while_it_serves_not_while_it_fails_or_first_deploys() -> None:
+    def status(name: str, running: int = 1) -> dict[str, Any]:
+        return {"status": name, "replicas": {"RUNNING": running}}
+
+    assert all(pool_ready(status(s)) for s in ("HEALTHY", "UPSCALING", "DOWNSCALING"))  # the controller resizes
+    assert pool_ready(status("HEALTHY", running=0))  # folded into another pool: routed around
+    assert pool_ready(status("UPDATING")) and not pool_ready(status("UPDATING", running=0))  # rolling vs first
+    assert not any(pool_ready(status(s)) for s in ("UNHEALTHY", "DEPLOY_FAILED"))
+    assert not pool_ready({})  # Serve does not know the pool
