@@ -31,7 +31,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
-from autoscaling.dynamollm.shape_planner import Dilation, PoolShape, PoolShapePlanner, ShapePlannerConfig
+from autoscaling.dynamollm.route_handover import RouteHandover
+from autoscaling.dynamollm.shape_planner import Dilation, PoolShape, PoolShapePlanner, ReplicaTraits, ShapePlannerConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -90,7 +91,8 @@ class WattwisePolicy:
         self.lengths = LengthClassConfig()
         if profile is None:
             profile = (EnergyProfile.load(config.profile_path) if config.profile_path
-                       else build_profile(default_perf_model(config.model, config.hardware, config.profile)))
+                       else build_profile(default_perf_model(config.model, config.hardware, config.profile),
+                                          max_kv_utilisation=config.planner.kv_headroom))
         self.profile = profile
         for pool, options in config.tensor_parallel_options.items():
             # A pool limited to TPs the profile lacks would be planned at one it cannot model.
@@ -110,9 +112,19 @@ class WattwisePolicy:
         self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s)
                          if config.fold_pools else None)
         self._deadlines = DeadlineCapacity(config.batch_deadlines)
+        self._own_pool = {cls: pool for pool, classes in config.pools.items() for cls in classes}
+        self._handover = RouteHandover()
         self._reported: set[str] = set()
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
+
+    def _mean_ttft_target_s(self, rates: dict[str, float]) -> float:
+        """The TTFT target a replica's mean TTFT (over every request) is held to: the mean of
+        its classes' targets weighted by their rates (the tightest, with no load yet)."""
+        total = sum(rates.values())
+        if total <= 0:
+            return min(self.lengths.slo(cls).ttft_s for cls in rates)
+        return sum(r * self.lengths.slo(cls).ttft_s for cls, r in rates.items()) / total
 
     def _backlog(self, dep: DeploymentView | None, ttft_target_s: float) -> tuple[int, bool]:
         """What the replicas see that the rate forecast missed: a floor on instances from the
@@ -198,7 +210,9 @@ class WattwisePolicy:
                     batch_floor={cls: floor[cls] for cls in classes if cls in floor})
         epoch = self.planner.at_epoch(now_s)
         if self._folding is not None and len(planned) == len(self._order):
-            groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view), epoch)
+            # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
+            settled = not any(self.planner.warming_up(name, now_s) for name in planned)
+            groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view, now_s), epoch and settled)
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
@@ -216,18 +230,25 @@ class WattwisePolicy:
                 replicas[member] = 0
             rates = self._group_rates(group, planned)
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
-            ttft_target_s = min(self.lengths.slo(cls).ttft_s for cls in rates)
+            ttft_target_s = self._mean_ttft_target_s(rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
             dilation = self._dilation(host, dep)
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
-                                      tps=self.config.tensor_parallel_options.get(host), dilation=dilation)
+                                      tps=self.config.tensor_parallel_options.get(host), dilation=dilation,
+                                      replicas=self._replica_traits(host, dep, now_s))
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
             band[host] = (self._clock_floor(host, dep, running, shape, rates, dilation, now_s), self.max_clock_mhz)
+            ready = dep is not None and sum(s.tensor_parallel == shape.tensor_parallel
+                                            for s in dep.replica_stats) >= shape.instances
             for cls in rates:
-                routing[cls] = {host: 1.0}
+                routing[cls] = {self._handover.route(cls, self._own_pool[cls], host, ready): 1.0}
+        for cls, weights in routing.items():  # a pool still serving a class until its new pool is ready
+            (pool,) = weights
+            if replicas.get(pool) == 0 and (dep := view.deployments.get(pool)) is not None:
+                replicas[pool] = dep.target_replicas
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
@@ -243,14 +264,27 @@ class WattwisePolicy:
         floor: in a burst its long prefills interleave with the running decodes, whose TBT a
         low clock stretches. So does a pool serving batch work: it fills the batches at the
         clock its loose deadlines allow, and interactive prompts arriving wait behind it."""
-        if (self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
-                and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)
-                and not self._serves_batch(dep)):
+        if self._steps_from_lowest(host, dep, now_s):
             return self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,
-                                                           dilation))
+                                                           dilation, self._replica_traits(host, dep, now_s)))
+
+    def _steps_from_lowest(self, host: str, dep: DeploymentView | None, now_s: float) -> bool:
+        """Whether the pool's band starts at the GPU's lowest clock (`_clock_floor`)."""
+        return bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
+                    and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)
+                    and not self._serves_batch(dep))
+
+    def _replica_traits(self, host: str, dep: DeploymentView | None, now_s: float) -> ReplicaTraits:
+        """What the pool's replicas report that its costs depend on: whether every one prefills
+        in TTFT-deadline order (with the longest step any reports), and whether they pick each
+        step's clock from the GPU's lowest up."""
+        stats = dep.replica_stats if dep is not None else []
+        steps = [s.deadline_prefill_step_s for s in stats if s.deadline_prefill_step_s > 0]
+        return ReplicaTraits(deadline_step_s=max(steps) if stats and len(steps) == len(stats) else None,
+                             pick_clock=self._steps_from_lowest(host, dep, now_s))
 
     @staticmethod
     def _serves_batch(dep: DeploymentView) -> bool:
@@ -258,7 +292,8 @@ class WattwisePolicy:
         trailing rate window)."""
         return any(s.batch_rate_per_s > 0 or s.batch_waiting > 0 for s in dep.replica_stats)
 
-    def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView) -> float:
+    def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
+                       now_s: float) -> float:
         """Watts of the cheapest shape that carries the group's planned load on its host;
         inf if a pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep
         them running, so folding would save nothing)."""
@@ -268,7 +303,8 @@ class WattwisePolicy:
         dep = view.deployments.get(group.host)
         shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
                                       dep.max_replicas if dep else None,
-                                      self.config.tensor_parallel_options.get(group.host), self._dilation(group.host, dep))
+                                      self.config.tensor_parallel_options.get(group.host), self._dilation(group.host, dep),
+                                      self._replica_traits(group.host, dep, now_s))
         return shape.power_w if shape is not None else math.inf
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:

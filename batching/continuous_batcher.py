@@ -22,6 +22,15 @@ from core.stats import ReplicaStats
 from energy.perf_model import PerfModel
 
 
+def _fresh(seq: Sequence) -> bool:
+    """A prompt not yet started here (a preempted or resumed sequence is not)."""
+    return seq.generated == 0 and not seq.preempted_here
+
+
+def _ttft_due_s(seq: Sequence) -> float:
+    return seq.request.arrival_s + seq.request.slo.ttft_s
+
+
 @dataclass
 class Sequence:
     """A request inside the replica."""
@@ -107,6 +116,11 @@ class BatcherConfig:
     # Chiron's mixed replicas: interactive requests queue ahead of batch ones and, when
     # the batch is full, preempt the newest running batch request (recompute later).
     interactive_first: bool = False
+    # Prompts prefill earliest TTFT deadline first (arrival + TTFT target), ahead of a running
+    # prompt's remaining chunks when that one is due later: a short prompt then waits for the
+    # step in flight, not for a long prompt's whole prefill, which its tight target cannot
+    # absorb on a replica serving both. False: arrival order, as vLLM's default scheduler.
+    prefill_by_ttft_deadline: bool = False
     # Overload (bounded queue, shed early): refuse a new request when this many wait
     # already, or when the request it would queue behind has waited longer than
     # shed_wait_factor x the new request's TTFT target. None: no bound.
@@ -194,7 +208,7 @@ class ContinuousBatcher:
         self.batch_limit = config.batch_limit
         kv_tokens = config.kv_capacity_tokens or perf.kv_capacity_tokens(config.tensor_parallel)
         self.kv_blocks_total = max(kv_tokens // config.block_size, 1)
-        self.step_tokens = self._step_tokens(config.tensor_parallel)
+        self._step_tokens_at: dict[tuple[int, float], int] = {}
         self.kv_blocks_used = 0
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
@@ -290,10 +304,35 @@ class ContinuousBatcher:
         if front and not self._is_batch(seq):
             self.waiting.appendleft(seq)
         elif not self.config.interactive_first or (self._is_batch(seq) and not front):
-            self.waiting.append(seq)
+            self._insert(seq, len(self.waiting))
         else:  # interactive arriving, or batch requeued: just before the first batch request
             first_batch = next((i for i, w in enumerate(self.waiting) if self._is_batch(w)), len(self.waiting))
-            self.waiting.insert(first_batch, seq)
+            self._insert(seq, first_batch)
+
+    def _insert(self, seq: Sequence, end: int) -> None:
+        """At `end`, or with prefill_by_ttft_deadline before the first fresh prompt ahead of
+        `end` that is due later (a requeued sequence keeps its place)."""
+        if self.config.prefill_by_ttft_deadline and _fresh(seq):
+            due_s = _ttft_due_s(seq)
+            end = next((i for i in range(end) if _fresh(w := self.waiting[i]) and _ttft_due_s(w) > due_s), end)
+        self.waiting.insert(end, seq)
+
+    def _head_due_s(self) -> float:
+        """With prefill_by_ttft_deadline, the TTFT deadline of the first waiting prompt when it
+        is a fresh one: running prompts due later yield their chunks to it. Else infinity."""
+        if self.config.prefill_by_ttft_deadline and self.waiting and _fresh(self.waiting[0]):
+            return _ttft_due_s(self.waiting[0])
+        return math.inf
+
+    def prefill_queue(self) -> list[Sequence]:
+        """The sequences still to prefill, in the order this batcher prefills them."""
+        prefilling = [s for s in self.running if s.prefilled < s.prefill_target]
+        waiting = [s for s in self.waiting if s.prefilled < s.prefill_target]
+        head_due_s = self._head_due_s()
+        if head_due_s == math.inf:
+            return prefilling + waiting
+        return ([s for s in prefilling if _ttft_due_s(s) <= head_due_s] + waiting
+                + [s for s in prefilling if _ttft_due_s(s) > head_due_s])
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its KV; False if unknown."""
@@ -346,7 +385,6 @@ class ContinuousBatcher:
         if tp not in self.perf.fits:
             raise ValueError(f"no performance fit for TP{tp}; have {self.perf.tensor_parallel_degrees}")
         self.tensor_parallel = tp
-        self.step_tokens = self._step_tokens(tp)
         kv_tokens = self.config.kv_capacity_tokens or self.perf.kv_capacity_tokens(tp)
         self.kv_blocks_total = max(kv_tokens // self.config.block_size, 1)
         while self.kv_blocks_used > self.kv_blocks_total and self.running:
@@ -356,12 +394,19 @@ class ContinuousBatcher:
     def block_size(self) -> int:
         return self.config.block_size
 
-    def _step_tokens(self, tp: int) -> int:
-        """Tokens one step may process at TP `tp`."""
+    @property
+    def step_tokens(self) -> int:
+        """Tokens one step may process now: with step_time_target_s, the most whose step fits
+        that long at this TP and the clock the replica runs (batching.step_budget)."""
         target = self.config.step_time_target_s
         if target is None:
             return self.config.max_batched_tokens
-        return tbt_bounded_step_tokens(self.perf, tp, target, self.config.max_batched_tokens)
+        key = (self.tensor_parallel, self.clock_mhz)
+        tokens = self._step_tokens_at.get(key)
+        if tokens is None:
+            tokens = self._step_tokens_at[key] = tbt_bounded_step_tokens(
+                self.perf, self.tensor_parallel, target, self.config.max_batched_tokens, self.clock_mhz)
+        return tokens
 
     def set_batch_limit(self, limit: int) -> None:
         """New limit applies to admissions; running sequences are never evicted for it."""
@@ -450,11 +495,17 @@ class ContinuousBatcher:
         decode_context = 0
         block_size = self.config.block_size
         running = self.running
+        head_due_s = self._head_due_s()
+        deferred: list[Sequence] = []  # prompts due after the waiting head: its turn first
         # Running sequences first, oldest first; preempt the newest when KV is short.
         i = 0
         while i < len(running):
             seq = running[i]
             prefilling = seq.prefilled < seq.prefill_target
+            if prefilling and _ttft_due_s(seq) > head_due_s:
+                deferred.append(seq)
+                i += 1
+                continue
             if prefilling:
                 n = min(seq.prefill_target - seq.prefilled, budget)
                 target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
@@ -500,6 +551,17 @@ class ContinuousBatcher:
                 break
             self.waiting.popleft()
             self.running.append(seq)
+            chunks.append((seq, n))
+            budget -= n
+        for seq in deferred:  # what the prompts due earlier left of the budget
+            if budget <= 0:
+                break
+            if seq not in running:  # preempted meanwhile
+                continue
+            n = min(seq.prefill_target - seq.prefilled, budget)
+            target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
+            if target_tokens > seq.kv_blocks * block_size and not self._grow(seq, target_tokens):
+                continue
             chunks.append((seq, n))
             budget -= n
         if not chunks and not decodes:
@@ -610,4 +672,5 @@ class ContinuousBatcher:
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
             per_step_clock=self.clock_policy is not None,
+            deadline_prefill_step_s=(self.config.step_time_target_s or 0.0) if self.config.prefill_by_ttft_deadline else 0.0,
         )

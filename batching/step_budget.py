@@ -7,9 +7,11 @@ as long as the step takes. On the coding trace, 3,000-token prompts prefilled in
 Sarathi-Serve's answer is to size prefill chunks so that a step fits the TBT target; the
 one controller does the same per replica, from the perf model every runtime shares.
 
-The budget is fixed per TP at the GPU's top clock, as vLLM fixes `max_num_batched_tokens`
-when an engine starts: a lower clock makes the steps longer, and throttLL'eM's per-step
-clock search already checks the TBT it projects at the clock it picks. The fluid model
+A replica's budget follows its clock: a lower clock makes a step of the same tokens longer,
+so the budget shrinks with it, and a step stays within the target at any clock. That also
+bounds what a short prompt waits behind a long one's chunks where prompts prefill by TTFT
+deadline (one step). vLLM fixes `max_num_batched_tokens` when an engine starts, so its pools
+take the budget at the GPU's top clock (serve_config.gpu.yaml). The fluid model
 the planner costs shapes with charges each prompt's prefill once whatever its chunks, so
 the planner and the batchers agree on the work; chunking only spreads it over steps.
 """
@@ -22,11 +24,12 @@ from energy.perf_model import PerfModel
 STEP_TOKEN_CHOICES = (256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def tbt_bounded_step_tokens(perf: PerfModel, tp: int, step_time_s: float, ceiling: int) -> int:
+def tbt_bounded_step_tokens(perf: PerfModel, tp: int, step_time_s: float, ceiling: int,
+                            clock_mhz: float | None = None) -> int:
     """The largest choice up to `ceiling` whose step, prefilling that many tokens of a
-    fresh prompt, fits in `step_time_s` at TP `tp` and top clock; the smallest choice
-    (or `ceiling`, if lower) when none fits, so prefill always progresses."""
-    clock = perf.gpu.max_clock_mhz
+    fresh prompt, fits in `step_time_s` at TP `tp` and `clock_mhz` (None: the top clock);
+    the smallest choice (or `ceiling`, if lower) when none fits, so prefill always progresses."""
+    clock = perf.gpu.max_clock_mhz if clock_mhz is None else clock_mhz
     fitting = [n for n in STEP_TOKEN_CHOICES if n <= ceiling
                and perf.iteration(n, float(n) * n, 0, 0, tp, clock).time_s <= step_time_s]
     return max(fitting, default=min(STEP_TOKEN_CHOICES[0], ceiling))

@@ -39,6 +39,11 @@ class ReplicaStats:
     # The engine picks each step's clock inside the plan's band (throttLL'eM's hook); False:
     # it runs at the band's floor, which must then carry the load (a vLLM replica here).
     per_step_clock: bool = False
+    # Prompts prefill in TTFT-deadline order, each step at most this long at the clock it runs
+    # (the batcher's step_time_target_s): a prompt waits for one such step of a prompt due
+    # later, not its whole prefill. 0: in arrival order (vLLM's default scheduler). A float,
+    # not None: Serve carries replica stats as flat floats.
+    deadline_prefill_step_s: float = 0.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
 

@@ -85,8 +85,11 @@ def build_profile(
     shapes: dict[str, tuple[int, int]] = CONV_CLASS_SHAPES,
     tps: tuple[int, ...] = PROFILE_TPS,
     clocks_mhz: tuple[int, ...] = PROFILE_CLOCKS_MHZ,
+    max_kv_utilisation: float = 1.0,
 ) -> EnergyProfile:
-    cap = CapacityModel(perf)
+    """Every class x TP x clock's curve up to its SLO-feasible load, from the perf model; a
+    load filling more than `max_kv_utilisation` of an instance's KV counts as infeasible."""
+    cap = CapacityModel(perf, max_kv_utilisation=max_kv_utilisation)
     points = []
     for cls, shape in shapes.items():
         slo = lengths.slo(cls)

@@ -67,9 +67,14 @@ class SimEngineConfig(BaseModel):
     step_time_target_s: float | None = Field(default=None, gt=0, description=(
         "Chunked prefill sized to the TBT target: a step takes at most the tokens whose step fits "
         "in this long at the replica's TP (batching.step_budget; the one controller's replicas: the "
-        "tightest TBT target, 0.1 s). None: every step may take max_batched_tokens."))
+        "tightest TBT target, 0.1 s) at the replica's TP and the clock it runs. None: every step may "
+        "take max_batched_tokens."))
     interactive_first: bool = Field(default=False, description=(
         "Chiron's mixed replicas: interactive requests go first and preempt batch ones."))
+    prefill_by_ttft_deadline: bool = Field(default=False, description=(
+        "Prompts prefill earliest TTFT deadline first (arrival + target), ahead of a running prompt's "
+        "remaining chunks due later: on a replica serving every length class a short prompt waits "
+        "for the step in flight, not for a long prompt's whole prefill. False: arrival order."))
     squash_after_s: float | None = Field(default=60.0, gt=0, description=(
         "Requests that never started within this long (s) and their TTFT target are dropped with "
         "RequestSquashed so the client retries elsewhere; None keeps them waiting."))
@@ -109,6 +114,7 @@ class SimEngine:
                 batch_limit=config.batch_limit, max_batched_tokens=config.max_batched_tokens,
                 step_time_target_s=config.step_time_target_s,
                 interactive_first=config.interactive_first,
+                prefill_by_ttft_deadline=config.prefill_by_ttft_deadline,
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
             ),
         )

@@ -230,10 +230,12 @@ def build(
         # The pools start as serve_config.yaml starts them (the controller's low-load shape).
         # Chiron's layer on every replica: batch work yields to interactive work.
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
-        # Each step fits the tightest TBT target of the classes (a pool may host them all).
+        # Each step fits the tightest TBT target of the classes (a pool may host them all), and
+        # prompts prefill by TTFT deadline (short ones do not wait out a long one's chunks).
         step_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
         setups = [replace(s, tensor_parallel=start_tp(s.name, s.tensor_parallel, config, picks_tp=True),
-                          interactive_first=True, min_replicas=0, step_time_target_s=step_s)
+                          interactive_first=True, min_replicas=0, step_time_target_s=step_s,
+                          prefill_by_ttft_deadline=True)
                   for s in with_throttllem(as_the_app_starts(setups, shipped_app()), config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,

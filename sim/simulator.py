@@ -89,6 +89,8 @@ class PoolSetup:
     # Chiron's mixed-replica rule on a length pool: interactive requests queue ahead of
     # batch ones and preempt them ("mixed" pools always do).
     interactive_first: bool = False
+    # Prompts prefill earliest TTFT deadline first (BatcherConfig.prefill_by_ttft_deadline).
+    prefill_by_ttft_deadline: bool = False
 
 
 class Pool:
@@ -398,6 +400,7 @@ class Simulator:
             max_batched_tokens=pool.setup.max_batched_tokens or cfg.max_batched_tokens,
             step_time_target_s=pool.setup.step_time_target_s,
             interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
+            prefill_by_ttft_deadline=pool.setup.prefill_by_ttft_deadline,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
@@ -553,11 +556,13 @@ class Simulator:
             self._drain(victim, now)
             if victim.state is not State.STOPPED:
                 break
-        # Old-TP replicas keep serving until enough new ones are ready to take over.
+        # Old-TP replicas keep serving, every one of them, until all the new ones are ready
+        # (as Serve's shadow rollout keeps the old deployment at its count): counted in
+        # replicas, one TP2 replica left beside a starting TP4 one is half the capacity.
         ready_new = sum(1 for r in pool.replicas if r.state is State.READY and r.tp == pool.tp)
-        surplus = len(old) - max(pool.target - ready_new, 0)
-        for r in sorted(old, key=lambda r: r.load)[:max(surplus, 0)]:
-            self._drain(r, now)
+        if ready_new >= pool.target:
+            for r in old:
+                self._drain(r, now)
 
     # ---- sampling --------------------------------------------------------------
     def _sample(self, now: float) -> None:

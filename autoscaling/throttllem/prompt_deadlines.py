@@ -5,7 +5,8 @@ admitted: their TBT and end-to-end deadlines. Prompts waiting behind them are no
 scoreboard, so in a burst (the coding trace: from silence to 8 long prompts/s within
 seconds) the queue grew at the planner's low clock floor until new instances started,
 and those prompts missed their TTFT. Here the prompts are taken in the order the batcher
-prefills them (running chunks first, then the waiting queue, FCFS); an interactive prompt
+prefills them (`ContinuousBatcher.prefill_queue`: running chunks, then the waiting queue, or
+by TTFT deadline where the batcher prefills that way); an interactive prompt
 meets its target when every prefill up to and including its own ends by its arrival plus
 `headroom` of its TTFT. The prefills are cut into steps of the batcher's token budget,
 and each step also decodes the running batch's marginal share (the weight read is paid
@@ -27,7 +28,7 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
     prefill ends its prefill within `headroom` of its TTFT; None when no interactive
     prompt waits for its first token."""
-    queue = [s for s in (*batcher.running, *batcher.waiting) if s.prefilled < s.prefill_target]
+    queue = batcher.prefill_queue()
     waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
     if not waits.any():
         return None

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from autoscaling.dynamollm.pool_folding import PoolFolding, partitions
+from autoscaling.dynamollm.route_handover import RouteHandover
 from autoscaling.dynamollm.shape_planner import (
     PoolShape,
     PoolShapePlanner,
@@ -187,25 +188,75 @@ def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each
     assert both_w <= max(alone_w, shape_power_w(profile, {"MM": other / 2}, 2, 1400, 1)) + 1e-6
 
 
+def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replicas: int = 0,
+                  tp: dict[str, int] | None = None) -> ClusterView:
+    """A cluster that runs `plan` (replicas and TP; TP2 before any plan, or `tp` where given),
+    each class's arrivals reported by the pool the plan routes it to."""
+    own = {c: name for name, classes in POOLS.items() for c in classes}
+    deps = {}
+    for name in POOLS:
+        replicas = plan.replicas.get(name, 1) if plan is not None else 1
+        served = [c for c in rates if (plan is not None and plan.routing_weights.get(c, {own[c]: 1.0}) or {own[c]: 1.0})
+                  == {name: 1.0}]
+        pool_tp = (tp or {}).get(name) or (plan.tensor_parallel.get(name, 2) if plan is not None else 2)
+        stats = ReplicaStats(tensor_parallel=pool_tp,
+                             class_rates_per_s={c: rates[c] / max(replicas, 1) for c in served})
+        deps[name] = DeploymentView(name, replicas, replicas, min_replicas, 64, (stats,) * replicas)
+    return ClusterView(deps)
+
+
+def _run(policy: WattwisePolicy, rates: dict[str, float], until_s: float, min_replicas: int = 0,
+         tp: dict[str, int] | None = None, plan: ClusterPlan | None = None) -> ClusterPlan:
+    """Plans every plan interval against a cluster that runs each plan at once."""
+    t = 0.0 if plan is None else policy._next_plan_s
+    while t <= until_s:
+        plan = policy.observe(_serving_view(rates, plan, min_replicas, tp), t)
+        t += policy.config.plan_interval_s
+    assert plan is not None
+    return plan
+
+
 def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_classes_there(profile) -> None:
     """Sharing replicas across pools is in the planner's search: at low load the short
     pool gives its replicas back and its classes go to the medium pool; the long pool
     stays apart (a long prefill ahead of a short prompt would cost it its TTFT target);
-    a pool whose min_replicas Serve must keep is never folded."""
-    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    a pool whose min_replicas Serve must keep is never folded. Not while pools warm up:
+    their rate windows fill from zero then, and a fold read from that ramp moves classes
+    onto a pool sized for a load that is not the real one."""
     low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
-    first = policy.observe(_view(low, min_replicas=0), 0.0)
-    assert all(first.replicas[p] >= 1 for p in POOLS)  # before the first pool epoch: as started
-    later = policy.observe(_view(low, min_replicas=0), policy.config.planner.first_epoch_s + 1.0)
-    assert later.replicas["pool-short"] == 0
-    assert later.replicas["pool-medium"] >= 1 and later.replicas["pool-long"] >= 1
-    assert later.routing_weights["SS"] == later.routing_weights["MM"] == {"pool-medium": 1.0}
-    assert later.routing_weights["LM"] == {"pool-long": 1.0}
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    first_epoch = _run(policy, low, policy.config.planner.first_epoch_s + 1.0)
+    assert all(first_epoch.replicas[p] >= 1 for p in POOLS)  # the first epoch falls in the warm-up
+    # The fold is decided at the next pool epoch; the classes move a plan later, once the
+    # medium pool serves the shape planned for them.
+    later = _run(policy, low, policy.config.planner.first_epoch_s + policy.config.pool_epoch_s
+                 + policy.config.plan_interval_s + 1.0, plan=first_epoch)
+    folded = [p for p in POOLS if later.replicas[p] == 0]
+    assert len(folded) == 1
+    order = list(POOLS)
+    for cls in POOLS[folded[0]]:  # routed to a pool serving longer inputs, one that runs
+        (host,) = later.routing_weights[cls]
+        assert order.index(host) > order.index(folded[0]) and later.replicas[host] >= 1
+    assert later.routing_weights["SS"] != {"pool-long": 1.0}
     kept = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    kept.observe(_view(low, min_replicas=1), 0.0)
-    pinned = kept.observe(_view(low, min_replicas=1), kept.config.planner.first_epoch_s + 1.0)
+    pinned = _run(kept, low, kept.config.planner.first_epoch_s + kept.config.pool_epoch_s + 1.0, min_replicas=1)
     assert all(pinned.replicas[p] >= 1 for p in POOLS)
     assert pinned.routing_weights["SS"] == {"pool-short": 1.0}
+
+
+def test_a_folded_pools_classes_move_only_once_the_host_serves_its_planned_shape(profile) -> None:
+    """Make before break: while the host still runs another TP than planned (its new engines
+    starting), the folded pool keeps its replicas and its classes; they move once the host's
+    replicas at the planned TP serve."""
+    low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
+    config = WattwiseConfig(pools=POOLS, tensor_parallel_options={"pool-long": [2]})
+    policy = WattwisePolicy(config, profile=profile)
+    until_s = config.planner.first_epoch_s + config.pool_epoch_s + 1.0
+    held = _run(policy, low, until_s, tp={"pool-long": 4})
+    assert [g.members for g in policy._folding.groups][-1] == ("pool-medium", "pool-long")  # folded...
+    assert held.routing_weights["MM"] == {"pool-medium": 1.0} and held.replicas["pool-medium"] >= 1  # ...not moved
+    moved = _run(policy, low, until_s + config.plan_interval_s, plan=held)
+    assert moved.routing_weights["MM"] == {"pool-long": 1.0} and moved.replicas["pool-medium"] == 0
 
 
 def test_a_short_prompt_sharing_a_replica_with_long_ones_has_less_ttft_to_spend(profile) -> None:
@@ -215,6 +266,51 @@ def test_a_short_prompt_sharing_a_replica_with_long_ones_has_less_ttft_to_spend(
              + needed_instances(profile, {"LL": 0.3}, 2, 1400, LENGTHS, 0.7))
     together = needed_instances(profile, {"SS": 1.0, "LL": 0.3}, 2, 1400, LENGTHS, 0.7)
     assert together is None or together > apart
+
+
+def test_prompts_in_deadline_order_wait_half_a_step_behind_a_class_due_later(profile) -> None:
+    """Where replicas prefill by TTFT deadline in steps of at most 0.1 s, a short prompt waits
+    for the step in flight behind a long one (half a step on average), not its whole prefill:
+    short and long prompts then share a replica where in arrival order they cannot."""
+    rates = {"SS": 1.0, "LS": 0.3}
+    arrival = needed_instances(profile, rates, 2, 1400, LENGTHS, 0.7, 0.6)
+    deadline = needed_instances(profile, rates, 2, 1400, LENGTHS, 0.7, 0.6, deadline_step_s=0.1)
+    assert deadline is not None and (arrival is None or deadline < arrival)
+    # The class due first still waits out a prefill due as soon as its own.
+    assert (needed_instances(profile, {"SS": 1.0, "SM": 0.5}, 2, 1400, LENGTHS, 0.7, 0.6, deadline_step_s=0.1)
+            == needed_instances(profile, {"SS": 1.0, "SM": 0.5}, 2, 1400, LENGTHS, 0.7, 0.6))
+
+
+def test_replicas_picking_each_steps_clock_are_priced_at_the_clock_their_load_needs(profile) -> None:
+    """A shape is sized for the margined peak at its clock; replicas that pick each step's
+    clock run at what the load needs, and draw that clock's power, never more."""
+    rates = {"MM": 2.0, "LM": 1.0}
+    sized = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96)
+    load = {cls: r / 1.25 for cls, r in rates.items()}
+    priced = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load)
+    assert sized is not None and priced is not None
+    assert priced.power_w < sized.power_w
+    at_own_clock = shape_power_w(profile, load, priced.tensor_parallel, priced.clock_mhz, priced.instances)
+    assert priced.power_w <= at_own_clock + 1e-6
+
+
+def test_the_planners_profile_keeps_kv_headroom_for_admission(profile) -> None:
+    """A KV-bound class (long prompts at TP2) is planned to fill at most kv_headroom of the
+    replica's KV: throttLL'eM's admission reserves each request's projected peak."""
+    assert ShapePlannerConfig().kv_headroom < 1.0
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS))
+    assert policy.profile.max_rate_per_s("LM", 2, 1980) < profile.max_rate_per_s("LM", 2, 1980)
+    # TP4 holds about ten times TP2's KV (the weights take less of it): bound by time, unchanged.
+    assert policy.profile.max_rate_per_s("LM", 4, 1980) == pytest.approx(profile.max_rate_per_s("LM", 4, 1980))
+
+
+def test_a_class_moves_to_a_pool_only_once_it_is_ready() -> None:
+    moves = RouteHandover()
+    assert moves.route("SS", "pool-short", "pool-medium", target_ready=False) == "pool-short"
+    assert moves.route("SS", "pool-short", "pool-medium", target_ready=True) == "pool-medium"
+    assert moves.route("SS", "pool-short", "pool-short", target_ready=False) == "pool-medium"  # back: same rule
+    assert moves.route("SS", "pool-short", "pool-short", target_ready=True) == "pool-short"
+    assert moves.route("MM", "pool-medium", "pool-medium", target_ready=False) == "pool-medium"
 
 
 def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_not_one_per_plan(profile) -> None:
@@ -394,10 +490,10 @@ def test_simulator_classifies_with_the_predictors_error_by_default() -> None:
     assert np.array_equal(oracle, w.output_tokens)
 
 
-def test_both_runtimes_chunk_prefill_to_the_tightest_tbt_target() -> None:
+def test_both_runtimes_chunk_prefill_to_the_tightest_tbt_target_in_ttft_deadline_order() -> None:
     """The composite's simulated replicas and the shipped app's engines bound each step by
-    the same TBT target (batching.step_budget), so a step the simulator charges is one the
-    Serve replica takes."""
+    the same TBT target (batching.step_budget) and prefill in the same order (TTFT deadline),
+    so a step the simulator charges is one the Serve replica takes."""
     import yaml
 
     from app.config import AppConfig
@@ -408,5 +504,8 @@ def test_both_runtimes_chunk_prefill_to_the_tightest_tbt_target() -> None:
     assert {s.step_time_target_s for s in setups} == {tbt_s}
     args = yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"]
     assert {p.engine.step_time_target_s for p in AppConfig.model_validate(args).pools} == {tbt_s}
+    assert {s.prefill_by_ttft_deadline for s in setups} == {True}
+    assert {p.engine.prefill_by_ttft_deadline for p in AppConfig.model_validate(args).pools} == {True}
     baseline, _ = build("singlepool", window(load_trace("conv"), 0, 10), SimConfig())
     assert {s.step_time_target_s for s in baseline} == {None}  # a stock engine's fixed budget
+    assert {s.prefill_by_ttft_deadline for s in baseline} == {False}  # and its arrival order

@@ -6,6 +6,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from batching.step_budget import tbt_bounded_step_tokens
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
@@ -115,7 +116,8 @@ def test_running_decodes_interleaved_with_the_prefills_raise_the_clock() -> None
 
 def test_a_prompt_prefilling_in_chunks_still_counts_once_nothing_waits() -> None:
     batcher = _batcher()
-    batcher.add(_prompt(0, 6 * batcher.step_tokens, 0.5), 0.0)
+    top_clock_step_tokens = tbt_bounded_step_tokens(PERF, TP, 0.1, 8192)  # twice the lowest clock's
+    batcher.add(_prompt(0, 6 * top_clock_step_tokens, 0.5), 0.0)
     step = batcher.plan_step(0.0)
     assert step is not None and not batcher.waiting
     batcher.finish_step(step)

@@ -186,3 +186,57 @@ def test_step_budget_is_the_largest_choice_that_fits_and_follows_tp() -> None:
     assert b.step_tokens == budgets[tps[0]]
     b.set_tensor_parallel(tps[-1])
     assert b.step_tokens == budgets[tps[-1]]
+
+
+def test_step_budget_follows_the_clock_so_a_step_fits_the_target_at_any_clock() -> None:
+    """A lower clock makes a step of the same tokens longer: the budget shrinks with it."""
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=4, step_time_target_s=0.1))
+    top_tokens = b.step_tokens
+    b.set_clock(perf.gpu.min_clock_mhz)
+    low_tokens = b.step_tokens
+    assert low_tokens < top_tokens
+    assert perf.iteration(low_tokens, low_tokens**2, 0, 0, 4, perf.gpu.min_clock_mhz).time_s <= 0.1
+    assert perf.iteration(top_tokens, top_tokens**2, 0, 0, 4, perf.gpu.min_clock_mhz).time_s > 0.1
+
+
+
+def _short_prompt_ttft_s(prefill_by_ttft_deadline: bool) -> tuple[float, bool]:
+    """TTFT of a short prompt (0.25 s target) arriving while a 6,000-token prompt (2 s target)
+    prefills in chunks of 0.1 s, and whether the long prompt still met its own target."""
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=2, step_time_target_s=0.1,
+                                              prefill_by_ttft_deadline=prefill_by_ttft_deadline))
+    b.add(Request("long", 6000, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
+    arrival_s = b.finish_step(b.plan_step(0.0)).end_s
+    b.add(Request("short", 150, 10, arrival_s, SLO(ttft_s=0.25, tbt_s=0.1)), arrival_s)
+    first_s: dict[str, float] = {}
+    t = arrival_s
+    while b.has_work():
+        out = b.finish_step(b.plan_step(t))
+        for seq in out.emitted:
+            first_s.setdefault(seq.request_id, out.end_s)
+        t = out.end_s
+    return first_s["short"] - arrival_s, first_s["long"] <= 2.0
+
+
+def test_prompts_prefill_by_ttft_deadline_so_a_short_one_does_not_wait_out_a_long_one() -> None:
+    """Arrival order: the short prompt waits for the long prompt's remaining chunks and misses
+    its 0.25 s. Deadline order: it takes the next step, and the long prompt still meets its 2 s."""
+    arrival_ttft_s, _ = _short_prompt_ttft_s(prefill_by_ttft_deadline=False)
+    deadline_ttft_s, long_met = _short_prompt_ttft_s(prefill_by_ttft_deadline=True)
+    assert arrival_ttft_s > 0.25
+    assert deadline_ttft_s <= 0.25 and long_met
+
+
+def test_prefill_queue_is_the_order_prompts_prefill_in() -> None:
+    """What the prompts' clock search walks (autoscaling.throttllem.prompt_deadlines): the
+    waiting prompt due first ahead of a running prompt due later."""
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=2, step_time_target_s=0.1,
+                                              prefill_by_ttft_deadline=True))
+    b.add(Request("long", 6000, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
+    t = b.finish_step(b.plan_step(0.0)).end_s
+    b.add(Request("medium", 600, 10, t, SLO(ttft_s=0.4, tbt_s=0.1)), t)
+    b.add(Request("short", 150, 10, t, SLO(ttft_s=0.25, tbt_s=0.1)), t)
+    assert [s.request_id for s in b.prefill_queue()] == ["short", "medium", "long"]

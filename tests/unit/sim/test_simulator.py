@@ -97,6 +97,29 @@ def test_new_replica_ready_after_startup_delay_and_clock_applied():
     assert np.asarray(raw.series.clock_mhz["pool-all"])[t > 40].max() == 1500
 
 
+class FewerWiderReplicas:
+    """Three TP2 replicas, then from t=5 s one TP4 replica: a TP change that shrinks the count."""
+
+    def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        if now_s < 5:
+            return ClusterPlan(replicas={"pool-all": 3}, tensor_parallel={"pool-all": 2})
+        return ClusterPlan(replicas={"pool-all": 1}, tensor_parallel={"pool-all": 4})
+
+
+def test_a_tp_change_keeps_every_old_replica_serving_until_the_new_ones_are_ready():
+    """As Serve's shadow rollout keeps the old deployment at its count: keeping one old TP2
+    replica per planned TP4 one would leave a third of the capacity while the new one starts."""
+    setup = PoolSetup("pool-all", layout("single")["pool-all"][0], 2, 1980, 3)
+    raw = Simulator(small(duration_s=100), FewerWiderReplicas(), [setup], SimConfig(sample_interval_s=1.0)).run()
+    t = np.asarray(raw.series.t_s)
+    ready = np.asarray(raw.series.ready["pool-all"])
+    tp = np.asarray(raw.series.tp["pool-all"])
+    reshard_s = CONFIG.overheads.reshard_s
+    starting = (t > 6) & (t < 5 + reshard_s - 1)
+    assert tp[starting].min() == 4 and ready[starting].min() == 3  # the three TP2 replicas serve
+    assert ready[(t > 5 + reshard_s + 2) & (t < 90)].max() == 1  # then the TP4 one alone
+
+
 def test_cluster_size_caps_replicas():
     pools, _ = one_pool(1)
     raw = Simulator(small(duration_s=60), StepUp(), pools, SimConfig(cluster_gpus=8)).run()
