@@ -3,12 +3,12 @@
 | decision | owner | where it runs |
 | --- | --- | --- |
 | replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool of interactive work whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
-| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with) | this policy, on pool epochs, when the saving pays the restart |
+| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
 | how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
 | admission and the clock of each engine step, inside the band (the clock also meets the TTFT of the prompts waiting to prefill) | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
-| the tokens one engine step may prefill: chunks whose step fits the tightest TBT target | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget) | each replica's batcher (`step_time_target_s`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml |
+| the tokens one engine step may prefill: chunks whose step fits the tightest TBT target at the clock the replica runs, prompts taken earliest TTFT deadline first | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget; deadline order in batching.continuous_batcher) | each replica's batcher (`step_time_target_s`, `prefill_by_ttft_deadline`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml, arrival order (its replicas report it, and the planner costs their waits in full) |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
 | the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
@@ -245,7 +245,7 @@ class WattwisePolicy:
                                             for s in dep.replica_stats) >= shape.instances
             for cls in rates:
                 routing[cls] = {self._handover.route(cls, self._own_pool[cls], host, ready): 1.0}
-        for cls, weights in routing.items():  # a pool still serving a class until its new pool is ready
+        for weights in routing.values():  # a pool still serving a class until its new pool is ready
             (pool,) = weights
             if replicas.get(pool) == 0 and (dep := view.deployments.get(pool)) is not None:
                 replicas[pool] = dep.target_replicas

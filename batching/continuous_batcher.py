@@ -328,11 +328,33 @@ class ContinuousBatcher:
         """The sequences still to prefill, in the order this batcher prefills them."""
         prefilling = [s for s in self.running if s.prefilled < s.prefill_target]
         waiting = [s for s in self.waiting if s.prefilled < s.prefill_target]
-        head_due_s = self._head_due_s()
-        if head_due_s == math.inf:
+        if not self.config.prefill_by_ttft_deadline:
             return prefilling + waiting
-        return ([s for s in prefilling if _ttft_due_s(s) <= head_due_s] + waiting
-                + [s for s in prefilling if _ttft_due_s(s) > head_due_s])
+        prefilling.sort(key=_ttft_due_s)
+        ahead = self._due_by(prefilling, self._head_due_s())
+        return prefilling[:ahead] + waiting + prefilling[ahead:]
+
+    @staticmethod
+    def _due_by(by_deadline: list[Sequence], due_s: float) -> int:
+        """How many of `by_deadline` (sorted by TTFT deadline) are due by `due_s`."""
+        return next((i for i, s in enumerate(by_deadline) if _ttft_due_s(s) > due_s), len(by_deadline))
+
+    def _prefill_running(self, seqs: list[Sequence], chunks: list[tuple[Sequence, int]], budget: int) -> int:
+        """Chunks of running prompts `seqs`, in order, while the budget and KV last (no
+        preemption for them); the budget left."""
+        block_size = self.config.block_size
+        for seq in seqs:
+            if budget <= 0:
+                break
+            if seq not in self.running:  # preempted meanwhile
+                continue
+            n = min(seq.prefill_target - seq.prefilled, budget)
+            target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
+            if target_tokens > seq.kv_blocks * block_size and not self._grow(seq, target_tokens):
+                continue
+            chunks.append((seq, n))
+            budget -= n
+        return budget
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its KV; False if unknown."""
@@ -495,14 +517,14 @@ class ContinuousBatcher:
         decode_context = 0
         block_size = self.config.block_size
         running = self.running
-        head_due_s = self._head_due_s()
-        deferred: list[Sequence] = []  # prompts due after the waiting head: its turn first
+        by_deadline = self.config.prefill_by_ttft_deadline
+        deferred: list[Sequence] = []  # by deadline: running prompts, prefilled around the queue by due time
         # Running sequences first, oldest first; preempt the newest when KV is short.
         i = 0
         while i < len(running):
             seq = running[i]
             prefilling = seq.prefilled < seq.prefill_target
-            if prefilling and _ttft_due_s(seq) > head_due_s:
+            if prefilling and by_deadline:
                 deferred.append(seq)
                 i += 1
                 continue
@@ -523,7 +545,10 @@ class ContinuousBatcher:
                     decode_context += target_tokens - 1
                 budget -= n
             i += 1
-        # Admit waiting sequences FCFS while the batch limit, budget and KV allow.
+        deferred.sort(key=_ttft_due_s)
+        ahead = self._due_by(deferred, self._head_due_s())
+        budget = self._prefill_running(deferred[:ahead], chunks, budget)
+        # Admit waiting sequences in queue order while the batch limit, budget and KV allow.
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if len(self.running) >= self.batch_limit:
@@ -553,17 +578,7 @@ class ContinuousBatcher:
             self.running.append(seq)
             chunks.append((seq, n))
             budget -= n
-        for seq in deferred:  # what the prompts due earlier left of the budget
-            if budget <= 0:
-                break
-            if seq not in running:  # preempted meanwhile
-                continue
-            n = min(seq.prefill_target - seq.prefilled, budget)
-            target_tokens = seq.prefilled + n + (1 if seq.prefilled + n == seq.prefill_target else 0)
-            if target_tokens > seq.kv_blocks * block_size and not self._grow(seq, target_tokens):
-                continue
-            chunks.append((seq, n))
-            budget -= n
+        self._prefill_running(deferred[ahead:], chunks, budget)  # what the prompts due earlier left
         if not chunks and not decodes:
             return None
         prefill_tokens = sum(n for _, n in chunks)
@@ -672,5 +687,6 @@ class ContinuousBatcher:
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
             per_step_clock=self.clock_policy is not None,
-            deadline_prefill_step_s=(self.config.step_time_target_s or 0.0) if self.config.prefill_by_ttft_deadline else 0.0,
+            deadline_prefill_step_s=(self.config.step_time_target_s or 0.0)
+            if self.config.prefill_by_ttft_deadline else 0.0,
         )

@@ -141,7 +141,8 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
     interference DynamoLLM's pools avoid), so each class's TTFT target is cut by the
     longest unloaded TTFT of the other classes with load. Where the replicas prefill in
     TTFT-deadline order in steps of at most `deadline_step_s`, a class waits for the whole
-    prefill only of classes due as soon, and for one step of those due later.
+    prefill only of classes due as soon, and for the step in flight of those due later:
+    half a step on average (the profile's TTFT is a mean; the TTFT headroom keeps the tail).
     `cross_class_wait` False leaves the waits out: what the load needs between the moments
     a prompt waits behind another class's."""
     loaded = [cls for cls, rate in rates.items() if rate > 0]

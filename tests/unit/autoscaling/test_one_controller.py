@@ -196,8 +196,8 @@ def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replica
     deps = {}
     for name in POOLS:
         replicas = plan.replicas.get(name, 1) if plan is not None else 1
-        served = [c for c in rates if (plan is not None and plan.routing_weights.get(c, {own[c]: 1.0}) or {own[c]: 1.0})
-                  == {name: 1.0}]
+        routed = plan.routing_weights if plan is not None else {}
+        served = [c for c in rates if routed.get(c, {own[c]: 1.0}) == {name: 1.0}]
         pool_tp = (tp or {}).get(name) or (plan.tensor_parallel.get(name, 2) if plan is not None else 2)
         stats = ReplicaStats(tensor_parallel=pool_tp,
                              class_rates_per_s={c: rates[c] / max(replicas, 1) for c in served})

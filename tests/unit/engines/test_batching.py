@@ -240,3 +240,23 @@ def test_prefill_queue_is_the_order_prompts_prefill_in() -> None:
     b.add(Request("medium", 600, 10, t, SLO(ttft_s=0.4, tbt_s=0.1)), t)
     b.add(Request("short", 150, 10, t, SLO(ttft_s=0.25, tbt_s=0.1)), t)
     assert [s.request_id for s in b.prefill_queue()] == ["short", "medium", "long"]
+
+
+def test_running_prompts_also_take_their_chunks_by_ttft_deadline() -> None:
+    """Two prompts both started: the one due first gets the next step's budget, though it
+    started second (conv: a 1,000-token prompt's last 43 tokens waited two steps behind a
+    2,000-token prompt due 1.6 s later, and missed its 0.4 s)."""
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=2, step_time_target_s=0.1,
+                                              prefill_by_ttft_deadline=True))
+    budget = b.step_tokens
+    b.add(Request("long", 6 * budget, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
+    t = b.finish_step(b.plan_step(0.0)).end_s
+    b.add(Request("medium", budget + budget // 2, 10, t, SLO(ttft_s=0.4, tbt_s=0.1)), t)
+    second = b.plan_step(t)  # the waiting prompt due first takes the budget
+    assert [(s.request_id, n) for s, n in second.prefill_chunks] == [("medium", budget)]
+    t = b.finish_step(second).end_s
+    assert [s.request_id for s in b.running] == ["long", "medium"]
+    assert [s.request_id for s in b.prefill_queue()] == ["medium", "long"]
+    third = b.plan_step(t)
+    assert [(s.request_id, n) for s, n in third.prefill_chunks] == [("medium", budget // 2), ("long", budget // 2)]
