@@ -200,15 +200,19 @@ def test_step_budget_follows_the_clock_so_a_step_fits_the_target_at_any_clock() 
     assert perf.iteration(top_tokens, top_tokens**2, 0, 0, 4, perf.gpu.min_clock_mhz).time_s > 0.1
 
 
+def _long_prompt_started(prefill_by_ttft_deadline: bool) -> tuple[ContinuousBatcher, float]:
+    """A TP2 batcher with steps of 0.1 s one step into a 6,000-token prompt (2 s TTFT target);
+    and the time that step ended."""
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(
+        tensor_parallel=2, step_time_target_s=0.1, prefill_by_ttft_deadline=prefill_by_ttft_deadline))
+    b.add(Request("long", 6000, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
+    return b, b.finish_step(b.plan_step(0.0)).end_s
+
 
 def _short_prompt_ttft_s(prefill_by_ttft_deadline: bool) -> tuple[float, bool]:
     """TTFT of a short prompt (0.25 s target) arriving while a 6,000-token prompt (2 s target)
     prefills in chunks of 0.1 s, and whether the long prompt still met its own target."""
-    perf = default_perf_model()
-    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=2, step_time_target_s=0.1,
-                                              prefill_by_ttft_deadline=prefill_by_ttft_deadline))
-    b.add(Request("long", 6000, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
-    arrival_s = b.finish_step(b.plan_step(0.0)).end_s
+    b, arrival_s = _long_prompt_started(prefill_by_ttft_deadline)
     b.add(Request("short", 150, 10, arrival_s, SLO(ttft_s=0.25, tbt_s=0.1)), arrival_s)
     first_s: dict[str, float] = {}
     t = arrival_s
@@ -232,11 +236,7 @@ def test_prompts_prefill_by_ttft_deadline_so_a_short_one_does_not_wait_out_a_lon
 def test_prefill_queue_is_the_order_prompts_prefill_in() -> None:
     """What the prompts' clock search walks (autoscaling.throttllem.prompt_deadlines): the
     waiting prompt due first ahead of a running prompt due later."""
-    perf = default_perf_model()
-    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=2, step_time_target_s=0.1,
-                                              prefill_by_ttft_deadline=True))
-    b.add(Request("long", 6000, 10, 0.0, SLO(ttft_s=2.0, tbt_s=0.1)), 0.0)
-    t = b.finish_step(b.plan_step(0.0)).end_s
+    b, t = _long_prompt_started(prefill_by_ttft_deadline=True)
     b.add(Request("medium", 600, 10, t, SLO(ttft_s=0.4, tbt_s=0.1)), t)
     b.add(Request("short", 150, 10, t, SLO(ttft_s=0.25, tbt_s=0.1)), t)
     assert [s.request_id for s in b.prefill_queue()] == ["short", "medium", "long"]
