@@ -234,13 +234,14 @@ class WattwisePolicy:
             backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
             dilation = self._dilation(host, dep)
+            traits = self._replica_traits(host, dep, now_s)
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self.config.tensor_parallel_options.get(host), dilation=dilation,
-                                      replicas=self._replica_traits(host, dep, now_s))
+                                      replicas=traits)
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
-            band[host] = (self._clock_floor(host, dep, running, shape, rates, dilation, now_s), self.max_clock_mhz)
+            band[host] = (self._clock_floor(dep, running, shape, rates, dilation, traits), self.max_clock_mhz)
             ready = dep is not None and sum(s.tensor_parallel == shape.tensor_parallel
                                             for s in dep.replica_stats) >= shape.instances
             for cls in rates:
@@ -253,8 +254,8 @@ class WattwisePolicy:
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
 
-    def _clock_floor(self, host: str, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
-                     rates: dict[str, float], dilation: Dilation, now_s: float) -> int:
+    def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
+                     rates: dict[str, float], dilation: Dilation, traits: ReplicaTraits) -> int:
         """The band's floor. A steady pool of interactive work whose replicas pick each step's
         clock gets the GPU's lowest: their search sees every deadline (admitted requests, and
         the prompts still to prefill), so the planned clock sizes instances only, and steps
@@ -264,27 +265,25 @@ class WattwisePolicy:
         floor: in a burst its long prefills interleave with the running decodes, whose TBT a
         low clock stretches. So does a pool serving batch work: it fills the batches at the
         clock its loose deadlines allow, and interactive prompts arriving wait behind it."""
-        if self._steps_from_lowest(host, dep, now_s):
+        if traits.pick_clock:
             return self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,
-                                                           dilation, self._replica_traits(host, dep, now_s)))
-
-    def _steps_from_lowest(self, host: str, dep: DeploymentView | None, now_s: float) -> bool:
-        """Whether the pool's band starts at the GPU's lowest clock (`_clock_floor`)."""
-        return bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
-                    and dep is not None and dep.replica_stats and all(s.per_step_clock for s in dep.replica_stats)
-                    and not self._serves_batch(dep))
+                                                           dilation, traits))
 
     def _replica_traits(self, host: str, dep: DeploymentView | None, now_s: float) -> ReplicaTraits:
         """What the pool's replicas report that its costs depend on: whether every one prefills
         in TTFT-deadline order (with the longest step any reports), and whether they pick each
-        step's clock from the GPU's lowest up."""
-        stats = dep.replica_stats if dep is not None else []
+        step's clock from the GPU's lowest up (the band's floor `_clock_floor` gives them: a
+        steady pool of interactive work whose replicas all run throttLL'eM's clock hook)."""
+        stats = dep.replica_stats if dep is not None else ()
         steps = [s.deadline_prefill_step_s for s in stats if s.deadline_prefill_step_s > 0]
+        pick_clock = bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
+                          and dep is not None and stats and all(s.per_step_clock for s in stats)
+                          and not self._serves_batch(dep))
         return ReplicaTraits(deadline_step_s=max(steps) if stats and len(steps) == len(stats) else None,
-                             pick_clock=self._steps_from_lowest(host, dep, now_s))
+                             pick_clock=pick_clock)
 
     @staticmethod
     def _serves_batch(dep: DeploymentView) -> bool:

@@ -330,14 +330,16 @@ class ContinuousBatcher:
         waiting = [s for s in self.waiting if s.prefilled < s.prefill_target]
         if not self.config.prefill_by_ttft_deadline:
             return prefilling + waiting
-        prefilling.sort(key=_ttft_due_s)
-        ahead = self._due_by(prefilling, self._head_due_s())
-        return prefilling[:ahead] + waiting + prefilling[ahead:]
+        ahead, behind = self._around_queue(prefilling)
+        return ahead + waiting + behind
 
-    @staticmethod
-    def _due_by(by_deadline: list[Sequence], due_s: float) -> int:
-        """How many of `by_deadline` (sorted by TTFT deadline) are due by `due_s`."""
-        return next((i for i, s in enumerate(by_deadline) if _ttft_due_s(s) > due_s), len(by_deadline))
+    def _around_queue(self, prefilling: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+        """Running prompts by TTFT deadline: those due by the waiting head's deadline (they go
+        before the queue), and the rest (after it)."""
+        by_deadline = sorted(prefilling, key=_ttft_due_s)
+        head_due_s = self._head_due_s()
+        ahead = next((i for i, s in enumerate(by_deadline) if _ttft_due_s(s) > head_due_s), len(by_deadline))
+        return by_deadline[:ahead], by_deadline[ahead:]
 
     def _prefill_running(self, seqs: list[Sequence], chunks: list[tuple[Sequence, int]], budget: int) -> int:
         """Chunks of running prompts `seqs`, in order, while the budget and KV last (no
@@ -545,9 +547,8 @@ class ContinuousBatcher:
                     decode_context += target_tokens - 1
                 budget -= n
             i += 1
-        deferred.sort(key=_ttft_due_s)
-        ahead = self._due_by(deferred, self._head_due_s())
-        budget = self._prefill_running(deferred[:ahead], chunks, budget)
+        ahead, behind = self._around_queue(deferred)
+        budget = self._prefill_running(ahead, chunks, budget)
         # Admit waiting sequences in queue order while the batch limit, budget and KV allow.
         while self.waiting and budget > 0:
             seq = self.waiting[0]
@@ -578,7 +579,7 @@ class ContinuousBatcher:
             self.running.append(seq)
             chunks.append((seq, n))
             budget -= n
-        self._prefill_running(deferred[ahead:], chunks, budget)  # what the prompts due earlier left
+        self._prefill_running(behind, chunks, budget)  # what the prompts due earlier left
         if not chunks and not decodes:
             return None
         prefill_tokens = sum(n for _, n in chunks)

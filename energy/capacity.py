@@ -61,12 +61,13 @@ class CapacityModel:
         return self.perf.prefill_time_s(int(prompt_tokens), prompt_tokens**2, tp, clock_mhz)
 
     def max_batch(self, tp: int, clock_mhz: float, context_tokens: float, tbt_s: float) -> int:
-        """Largest decode batch whose iteration fits in `tbt_s` and whose KV fits (>= 1)."""
+        """Largest decode batch whose iteration fits in `tbt_s` and whose KV fits in its usable
+        share (>= 1)."""
         f = self.perf.fits[tp]
         per_seq_ms = f.d1 + f.d2 * context_tokens
         budget_ms = tbt_s * 1000.0 / self.perf.stretch(self.perf.gpu.token_compute_share, clock_mhz) - f.d0
         by_time = int(budget_ms / per_seq_ms) if budget_ms > 0 else 0
-        by_kv = int(self.perf.kv_capacity_tokens(tp) / max(context_tokens, 1.0))
+        by_kv = int(self.perf.kv_capacity_tokens(tp) * self.max_kv_utilisation / max(context_tokens, 1.0))
         return max(min(by_time, by_kv), 1)
 
     def operating(self, tp: int, clock_mhz: float, instances: int, load: Load, tbt_s: float) -> Operating:
