@@ -2,15 +2,15 @@
 
 | decision | owner | where it runs |
 | --- | --- | --- |
-| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool of interactive work whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
-| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the least-power partition of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power plus `held_gpu_w` (200 W) per GPU held meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool of interactive work whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the cheapest partition (the same power plus GPUs' worth) of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
 | how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
 | interactive before batch on every replica; batch preempted for interactive | Chiron (mixed replicas) | each replica's batcher (`interactive_first`) |
 | admission and the clock of each engine step, inside the band (the clock also meets the TTFT of the prompts waiting to prefill) | throttLL'eM | each replica's batcher hooks (batching.hook_chains); a vLLM replica's admission gate runs the same admission chain |
 | the tokens one engine step may prefill: chunks whose step fits the tightest TBT target at the clock the replica runs, prompts taken earliest TTFT deadline first | the iteration layer (Sarathi-Serve's chunk sizing, batching.step_budget; deadline order in batching.continuous_batcher) | each replica's batcher (`step_time_target_s`, `prefill_by_ttft_deadline`); vLLM's `max_num_batched_tokens` in serve_config.gpu.yaml, arrival order (its replicas report it, and the planner costs their waits in full) |
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
-| the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
+| the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs; such a pool neither folds nor changes TP: its speed was measured at its own TP and classes) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
@@ -32,7 +32,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
 from autoscaling.dynamollm.route_handover import RouteHandover
-from autoscaling.dynamollm.shape_planner import Dilation, PoolShape, PoolShapePlanner, ReplicaTraits, ShapePlannerConfig
+from autoscaling.dynamollm.shape_planner import (
+    AS_PROFILED,
+    Dilation,
+    PoolShape,
+    PoolShapePlanner,
+    ReplicaTraits,
+    ShapePlannerConfig,
+)
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -109,7 +116,8 @@ class WattwisePolicy:
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
         self._order = sorted(config.pools, key=lambda p: max(names.index(c) for c in config.pools[p]))
-        self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s)
+        self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s,
+                                     config.planner.held_gpu_w)
                          if config.fold_pools else None)
         self._deadlines = DeadlineCapacity(config.batch_deadlines)
         self._own_pool = {cls: pool for pool, classes in config.pools.items() for cls in classes}
@@ -212,7 +220,7 @@ class WattwisePolicy:
         if self._folding is not None and len(planned) == len(self._order):
             # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
             settled = not any(self.planner.warming_up(name, now_s) for name in planned)
-            groups = self._folding.choose(lambda g: self._group_power_w(g, planned, view, now_s), epoch and settled)
+            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s), epoch and settled)
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
@@ -291,20 +299,24 @@ class WattwisePolicy:
         trailing rate window)."""
         return any(s.batch_rate_per_s > 0 or s.batch_waiting > 0 for s in dep.replica_stats)
 
-    def _group_power_w(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
-                       now_s: float) -> float:
-        """Watts of the cheapest shape that carries the group's planned load on its host;
-        inf if a pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep
-        them running, so folding would save nothing)."""
+    def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
+                     now_s: float) -> PoolShape | None:
+        """The cheapest shape that carries the group's planned load on its host; None if a
+        pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep them
+        running, so folding would save nothing), or if the host's replicas run off the profile
+        (their speed, measured at their TP and on their classes, says little of the TP and
+        classes a fold would give them)."""
         for member in group.members[:-1]:
             if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
-                return math.inf
+                return None
         dep = view.deployments.get(group.host)
-        shape = self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
-                                      dep.max_replicas if dep else None,
-                                      self.config.tensor_parallel_options.get(group.host), self._dilation(group.host, dep),
-                                      self._replica_traits(group.host, dep, now_s))
-        return shape.power_w if shape is not None else math.inf
+        dilation = self._dilation(group.host, dep)
+        if len(group.members) > 1 and dilation is not AS_PROFILED:
+            return None
+        return self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
+                                     dep.max_replicas if dep else None,
+                                     self.config.tensor_parallel_options.get(group.host),
+                                     dilation, self._replica_traits(group.host, dep, now_s))
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""

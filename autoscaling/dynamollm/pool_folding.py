@@ -7,8 +7,9 @@ pools costs more than the interference it saves: SinglePool carries the conversa
 trace on one TP8 replica, a shape no per-pool plan can reach. So the planner costs every
 partition of the pools into runs of neighbours (pools ordered by the inputs they serve),
 each run served by its last pool, the one that can take every request of the run, and
-keeps the cheapest. A partition changes only on a pool epoch and only when the watts it
-saves over the epoch pay a restart, as a TP change does. Pure: costs in, groups out.
+keeps the cheapest (least power plus `held_gpu_w` per GPU held, as the shape planner
+prices a pool). A partition changes only on a pool epoch and only when what it saves over
+the epoch pays the joules of a restart, as a TP change does. Pure: shapes in, groups out.
 """
 
 from __future__ import annotations
@@ -16,6 +17,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+
+from autoscaling.dynamollm.reconfig import worth_reconfiguring
+from autoscaling.dynamollm.shape_planner import PoolShape
 
 
 @dataclass(frozen=True)
@@ -45,28 +49,34 @@ def partitions(order: Sequence[str]) -> Iterator[tuple[PoolGroup, ...]]:
 class PoolFolding:
     """The partition in force, changed on epochs when the change pays its restart."""
 
-    def __init__(self, order: Sequence[str], reconfigure_cost_s: float, pool_epoch_s: float) -> None:
+    def __init__(self, order: Sequence[str], reconfigure_cost_s: float, pool_epoch_s: float,
+                 held_gpu_w: float = 0.0) -> None:
         self.order = tuple(order)
         self.reconfigure_cost_s = reconfigure_cost_s
         self.pool_epoch_s = pool_epoch_s
+        self.held_gpu_w = held_gpu_w
         self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
 
-    def choose(self, power_w: Callable[[PoolGroup], float], epoch: bool) -> tuple[PoolGroup, ...]:
-        """The groups to run: on an epoch the least-power partition (`power_w` prices one
-        group at its cheapest shape, inf if none carries it) if it pays; else the current."""
+    def choose(self, shape_of: Callable[[PoolGroup], PoolShape | None], epoch: bool) -> tuple[PoolGroup, ...]:
+        """The groups to run: on an epoch the cheapest partition (`shape_of` gives one group's
+        cheapest shape on its host, None if it cannot run) if it pays; else the current."""
         if not epoch or len(self.order) < 2:
             return self.groups
-        priced: dict[PoolGroup, float] = {}
+        shapes: dict[PoolGroup, PoolShape | None] = {}
 
-        def total_w(partition: tuple[PoolGroup, ...]) -> float:
+        def total(partition: tuple[PoolGroup, ...], price: Callable[[PoolShape], float]) -> float:
             for g in partition:
-                if g not in priced:
-                    priced[g] = power_w(g)
-            return sum(priced[g] for g in partition)
+                if g not in shapes:
+                    shapes[g] = shape_of(g)
+            return sum(price(s) if (s := shapes[g]) is not None else math.inf for g in partition)
 
-        best = min(partitions(self.order), key=total_w)
-        now_w, best_w = total_w(self.groups), total_w(best)
+        def cost_w(partition: tuple[PoolGroup, ...]) -> float:
+            return total(partition, lambda s: s.cost_w(self.held_gpu_w))
+
+        best = min(partitions(self.order), key=cost_w)
+        now_w, best_w = cost_w(self.groups), cost_w(best)
+        restart_j = self.reconfigure_cost_s * total(best, lambda s: s.power_w)
         if best != self.groups and math.isfinite(best_w) and (
-                not math.isfinite(now_w) or (now_w - best_w) * self.pool_epoch_s > self.reconfigure_cost_s * best_w):
+                not math.isfinite(now_w) or worth_reconfiguring(now_w, best_w, self.pool_epoch_s, restart_j)):
             self.groups = best
         return self.groups

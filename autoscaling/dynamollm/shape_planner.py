@@ -6,7 +6,9 @@ re-shards inside those GPUs, so at low load it holds GPUs a baseline like ScaleS
 gives back. Here every candidate (TP, clock) of the energy profile is costed at the
 instance count it needs for the pool's per-class load, and the cheapest wins: the
 choices of ScaleShard (small TP), ScaleInst (instances) and ScaleFreq (clock) are all in
-the search, so the planner never loses to one of them on the profile's terms.
+the search, so the planner never loses to one of them on the profile's terms. Each GPU held
+also costs `held_gpu_w`: between shapes the profile prices within a few watts of each other,
+the one with fewer GPUs wins (the replicas' per-step clock does not save those watts).
 
 Load per class is the trailing peak of the interactive rates replicas report, times a
 margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
@@ -33,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.classes import LengthClassConfig
 from core.slo import SLO
 from energy.profile import EnergyProfile
@@ -78,6 +81,13 @@ class ShapePlannerConfig(BaseModel):
         "of the SLOs. False: trust the profile."))
     speed_deadband: float = Field(default=0.1, ge=0, description=(
         "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile)."))
+    held_gpu_w: float = Field(default=200.0, ge=0, description=(
+        "What one GPU held costs beyond its power, in watts: the planner picks the shape of least "
+        "planned power plus this per GPU, and folds pools and changes TP on the same sum. 0: power "
+        "alone (DynamoLLM), which holds a GPU more to save the few watts the profile shows between "
+        "near-equal shapes (eight TP2 replicas at 1,200 MHz against seven at 1,400), watts the "
+        "replicas' per-step clock does not save. A GPU-hour's rental over a kWh's price is ~20 kW; "
+        "at 1,000 W the planner already sizes bursts too tightly (code trace: 98.5% SLO)."))
     first_epoch_s: float = Field(default=60.0, ge=0, description=(
         "The first pool epoch (a TP change may happen) comes this long after the first plan: "
         "a minute of observed load first, then the shape the operator started with may go."))
@@ -89,6 +99,10 @@ class PoolShape:
     instances: int
     clock_mhz: int
     power_w: float  # the pool's instances together, at the planned load
+
+    def cost_w(self, held_gpu_w: float) -> float:
+        """What the planner minimises: its power plus `held_gpu_w` per GPU held."""
+        return self.power_w + held_gpu_w * self.tensor_parallel * self.instances
 
 
 def planning_slo(lengths: LengthClassConfig, cls: str, headroom: float, ttft_headroom: float) -> SLO:
@@ -197,8 +211,9 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
                    headroom: float, min_instances: int, max_gpus: int, tps: Collection[int] | None = None,
                    ttft_headroom: float | None = None, max_instances: int | None = None,
                    deadline_step_s: float | None = None, load_rates: dict[str, float] | None = None,
-                   ) -> PoolShape | None:
-    """The least-power (TP, clock, instances) over the profile's TPs (or `tps`) and clocks.
+                   held_gpu_w: float = 0.0) -> PoolShape | None:
+    """The (TP, clock, instances) of least power plus `held_gpu_w` per GPU, over the
+    profile's TPs (or `tps`) and clocks.
     A shape is costed at its clock, or, given `load_rates` (replicas that pick each step's
     clock from the GPU's lowest up), at the lowest clock at which its instances carry them
     with no wait behind other classes' prefills: the replicas raise the clock for the steps
@@ -224,8 +239,9 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
                 costed_mhz = next((c for c, x in zip(clocks, load_need, strict=True)
                                    if x is not None and x <= n + 1e-9), clock)
             power = shape_power_w(profile, load_rates or rates, tp, costed_mhz, max(n, 1)) if n else 0.0
-            if best is None or power < best.power_w - 1e-6:
-                best = PoolShape(tp, n, clock, power)
+            shape = PoolShape(tp, n, clock, power)
+            if best is None or shape.cost_w(held_gpu_w) < best.cost_w(held_gpu_w) - 1e-6:
+                best = shape
     return best
 
 
@@ -319,7 +335,7 @@ class PoolShapePlanner:
         return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
                               cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
-                              load_rates=load)
+                              load_rates=load, held_gpu_w=cfg.held_gpu_w)
 
     def clock_for(self, planned: dict[str, float], tp: int, instances: int, dilation: Dilation = AS_PROFILED,
                   replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK) -> int:
@@ -376,8 +392,10 @@ class PoolShapePlanner:
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = self.cheapest(planned, gpus_available, max_instances, [current.tensor_parallel], dilation,
                                     replicas)
-            if same_tp is not None and not (epoch and self._pays(same_tp, best)):
-                best = same_tp  # keep the TP until an epoch finds the switch worth its cost
+            # Keep the TP until an epoch finds the switch worth its cost, and while the replicas
+            # run off the profile: their speed was measured at this TP and says little of another.
+            if same_tp is not None and not (epoch and dilation is AS_PROFILED and self._pays(same_tp, best)):
+                best = same_tp
         instances = best.instances
         cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)
         if backlog_instances > current.instances:
@@ -404,7 +422,9 @@ class PoolShapePlanner:
             self._next_epoch_s = now_s + self.pool_epoch_s
 
     def _pays(self, now: PoolShape, new: PoolShape) -> bool:
-        """The watts a TP switch saves over an epoch exceed what it burns getting there
-        (the new replicas start while the old ones serve)."""
-        saved_j = (now.power_w - new.power_w) * self.pool_epoch_s
-        return saved_j > self.reconfigure_cost_s * new.power_w
+        """What a TP switch saves over an epoch (power, plus `held_gpu_w` per GPU given back)
+        exceeds the joules it burns getting there (the new replicas start while the old ones
+        serve)."""
+        gpu_w = self.config.held_gpu_w
+        return worth_reconfiguring(now.cost_w(gpu_w), new.cost_w(gpu_w), self.pool_epoch_s,
+                                   self.reconfigure_cost_s * new.power_w)

@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from autoscaling.dynamollm.pool_folding import PoolFolding, partitions
+from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from autoscaling.dynamollm.route_handover import RouteHandover
 from autoscaling.dynamollm.shape_planner import (
+    Dilation,
     PoolShape,
     PoolShapePlanner,
     ShapePlannerConfig,
@@ -161,17 +163,53 @@ def test_partitions_are_every_run_of_neighbours_served_by_its_last_pool() -> Non
     assert sum(1 for _ in partitions(list("abcde"))) == 16
 
 
+def _priced(watts: dict[tuple[str, ...], float], gpus: dict[tuple[str, ...], int] | None = None):
+    """A folding's `shape_of`: each group a TP2 shape of those watts (one instance, or its GPUs / 2)."""
+    return lambda g: PoolShape(2, (gpus or {}).get(g.members, 2) // 2, 1980, watts[g.members])
+
+
 def test_folding_changes_only_on_an_epoch_and_only_when_the_saving_pays_a_restart() -> None:
     folding = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0)
     merged_w = {("s",): 500.0, ("l",): 500.0, ("s", "l"): 600.0}
-    assert folding.choose(lambda g: merged_w[g.members], epoch=False) == folding.groups
+    assert folding.choose(_priced(merged_w), epoch=False) == folding.groups
     assert [g.members for g in folding.groups] == [("s",), ("l",)]
     # Saves 400 W x 300 s = 120 kJ against a 30 s restart at 600 W = 18 kJ: folds.
-    assert [g.members for g in folding.choose(lambda g: merged_w[g.members], epoch=True)] == [("s", "l")]
+    assert [g.members for g in folding.choose(_priced(merged_w), epoch=True)] == [("s", "l")]
     assert folding.groups[0].host == "l"
     # Splitting back would save 5 W x 300 s = 1.5 kJ, less than the restart's ~18 kJ: stays.
     barely = {("s",): 297.0, ("l",): 298.0, ("s", "l"): 600.0}
-    assert [g.members for g in folding.choose(lambda g: barely[g.members], epoch=True)] == [("s", "l")]
+    assert [g.members for g in folding.choose(_priced(barely), epoch=True)] == [("s", "l")]
+
+
+def test_a_fold_that_gives_back_gpus_at_a_few_more_watts_pays_only_where_gpus_are_worth_watts() -> None:
+    """`held_gpu_w` prices each GPU a partition holds; the restart still costs its joules."""
+    watts = {("s",): 500.0, ("l",): 500.0, ("s", "l"): 1050.0}  # 50 W more on 2 GPUs fewer
+    gpus = {("s",): 2, ("l",): 2, ("s", "l"): 2}
+    power_only = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0)
+    assert [g.members for g in power_only.choose(_priced(watts, gpus), epoch=True)] == [("s",), ("l",)]
+    # 2 GPUs x 200 W - 50 W = 350 W x 300 s = 105 kJ against 30 s x 1,050 W = 31.5 kJ: folds.
+    weighed = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0, held_gpu_w=200.0)
+    assert [g.members for g in weighed.choose(_priced(watts, gpus), epoch=True)] == [("s", "l")]
+    # A 90 s restart burns 94.5 kJ, less than the 105 kJ saved: folds (the GPUs' worth over the
+    # restart, 90 s x 400 W more, is not charged: the new replicas start while the old ones serve).
+    slow = PoolFolding(["s", "l"], reconfigure_cost_s=90.0, pool_epoch_s=300.0, held_gpu_w=200.0)
+    assert [g.members for g in slow.choose(_priced(watts, gpus), epoch=True)] == [("s", "l")]
+
+
+def test_a_held_gpu_is_worth_a_few_watts_to_the_planner(profile) -> None:
+    """Power alone holds eight TP2 replicas at 1,200 MHz for the code trace's long prompts
+    to save 89 W over seven at 1,400; `held_gpu_w` gives the GPUs back."""
+    rates = {"LM": 20.0}
+    power_only = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, ttft_headroom=0.6)
+    weighed = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, ttft_headroom=0.6, held_gpu_w=200.0)
+    assert power_only is not None and weighed is not None
+
+    def gpus(shape: PoolShape) -> int:
+        return shape.tensor_parallel * shape.instances
+
+    assert gpus(weighed) < gpus(power_only)
+    assert power_only.power_w < weighed.power_w < power_only.power_w + 200.0 * (gpus(power_only) - gpus(weighed))
+    assert ShapePlannerConfig().held_gpu_w == 200.0
 
 
 def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each(profile) -> None:
@@ -189,9 +227,10 @@ def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each
 
 
 def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replicas: int = 0,
-                  tp: dict[str, int] | None = None) -> ClusterView:
+                  tp: dict[str, int] | None = None, step_time_ratio: float = 0.0) -> ClusterView:
     """A cluster that runs `plan` (replicas and TP; TP2 before any plan, or `tp` where given),
-    each class's arrivals reported by the pool the plan routes it to."""
+    each class's arrivals reported by the pool the plan routes it to, its replicas' steps
+    `step_time_ratio` times as long as the profile's (0: none timed yet)."""
     own = {c: name for name, classes in POOLS.items() for c in classes}
     deps = {}
     for name in POOLS:
@@ -199,18 +238,19 @@ def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replica
         routed = plan.routing_weights if plan is not None else {}
         served = [c for c in rates if routed.get(c, {own[c]: 1.0}) == {name: 1.0}]
         pool_tp = (tp or {}).get(name) or (plan.tensor_parallel.get(name, 2) if plan is not None else 2)
-        stats = ReplicaStats(tensor_parallel=pool_tp,
+        stats = ReplicaStats(tensor_parallel=pool_tp, step_time_ratio=step_time_ratio,
                              class_rates_per_s={c: rates[c] / max(replicas, 1) for c in served})
         deps[name] = DeploymentView(name, replicas, replicas, min_replicas, 64, (stats,) * replicas)
     return ClusterView(deps)
 
 
 def _run(policy: WattwisePolicy, rates: dict[str, float], until_s: float, min_replicas: int = 0,
-         tp: dict[str, int] | None = None, plan: ClusterPlan | None = None) -> ClusterPlan:
+         tp: dict[str, int] | None = None, plan: ClusterPlan | None = None,
+         step_time_ratio: float = 0.0) -> ClusterPlan:
     """Plans every plan interval against a cluster that runs each plan at once."""
     t = 0.0 if plan is None else policy._next_plan_s
     while t <= until_s:
-        plan = policy.observe(_serving_view(rates, plan, min_replicas, tp), t)
+        plan = policy.observe(_serving_view(rates, plan, min_replicas, tp, step_time_ratio), t)
         t += policy.config.plan_interval_s
     assert plan is not None
     return plan
@@ -242,6 +282,34 @@ def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_class
     pinned = _run(kept, low, kept.config.planner.first_epoch_s + kept.config.pool_epoch_s + 1.0, min_replicas=1)
     assert all(pinned.replicas[p] >= 1 for p in POOLS)
     assert pinned.routing_weights["SS"] == {"pool-short": 1.0}
+
+
+def test_pools_whose_replicas_run_off_the_profile_neither_fold_nor_change_tp(profile) -> None:
+    """A fold or a TP switch is the profile's word on a shape no replica has run. Replicas
+    whose steps run off the profile (here 20% longer) have shown it wrong for them, and their
+    speed at one TP and class mix says little of another: engines 1.8-3.3x slower, a fold onto
+    TP4 replicas that measured 2.8x where the TP2 ones had 2.1x left the pool short for 30 s."""
+    low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
+    until_s = WattwiseConfig(pools=POOLS).planner.first_epoch_s + WattwiseConfig(pools=POOLS).pool_epoch_s + 10.0
+    as_profiled = _run(WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile), low, until_s,
+                       step_time_ratio=1.0)
+    assert any(as_profiled.replicas[p] == 0 for p in POOLS)  # folds, as at no measured deviation
+    slow = _run(WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile), low, until_s, step_time_ratio=1.2)
+    assert all(slow.replicas[p] >= 1 for p in POOLS)
+    assert all(slow.routing_weights.get(c, {own: 1.0}) == {own: 1.0} for own, classes in POOLS.items()
+               for c in classes)
+    rates, running, off = {"LL": 4.0}, PoolShape(2, 2, 1980, math.inf), Dilation(1.2)
+
+    def planner() -> PoolShapePlanner:
+        return PoolShapePlanner(profile, ShapePlannerConfig(first_epoch_s=0.0), LENGTHS, 33.0, 300.0)
+
+    switch, same_tp = planner().cheapest(rates, 96, dilation=off), planner().cheapest(rates, 96, tps=[2], dilation=off)
+    assert switch is not None and same_tp is not None
+    # The profile's word: TP4, saving more over an epoch than the restart burns.
+    assert switch.tensor_parallel == 4
+    assert worth_reconfiguring(same_tp.power_w, switch.power_w, 300.0, 33.0 * switch.power_w)
+    kept = planner().plan("p", rates, 96, 0, running, 0.0, dilation=off)
+    assert kept.tensor_parallel == 2 and kept.instances >= 2
 
 
 def test_a_folded_pools_classes_move_only_once_the_host_serves_its_planned_shape(profile) -> None:
