@@ -116,8 +116,7 @@ class WattwisePolicy:
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
         self._order = sorted(config.pools, key=lambda p: max(names.index(c) for c in config.pools[p]))
-        self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s,
-                                     config.planner.held_gpu_w)
+        self._folding = (PoolFolding(self._order, config.overheads.reshard_s, config.pool_epoch_s)
                          if config.fold_pools else None)
         self._deadlines = DeadlineCapacity(config.batch_deadlines)
         self._own_pool = {cls: pool for pool, classes in config.pools.items() for cls in classes}
@@ -316,7 +315,8 @@ class WattwisePolicy:
         return self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
                                      dep.max_replicas if dep else None,
                                      self.config.tensor_parallel_options.get(group.host),
-                                     dilation, self._replica_traits(group.host, dep, now_s))
+                                     dilation, self._replica_traits(group.host, dep, now_s),
+                                     self.planner.gpu_worth_w(group.members, now_s))
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""

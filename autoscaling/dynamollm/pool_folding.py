@@ -7,8 +7,8 @@ pools costs more than the interference it saves: SinglePool carries the conversa
 trace on one TP8 replica, a shape no per-pool plan can reach. So the planner costs every
 partition of the pools into runs of neighbours (pools ordered by the inputs they serve),
 each run served by its last pool, the one that can take every request of the run, and
-keeps the cheapest (least power plus `held_gpu_w` per GPU held, as the shape planner
-prices a pool). A partition changes only on a pool epoch and only when what it saves over
+keeps the cheapest (least power plus what each GPU held is worth, as the shape planner
+prices a pool: `PoolShape.cost_w`). A partition changes only on a pool epoch and only when what it saves over
 the epoch pays the joules of a restart, as a TP change does. Pure: shapes in, groups out.
 """
 
@@ -49,12 +49,10 @@ def partitions(order: Sequence[str]) -> Iterator[tuple[PoolGroup, ...]]:
 class PoolFolding:
     """The partition in force, changed on epochs when the change pays its restart."""
 
-    def __init__(self, order: Sequence[str], reconfigure_cost_s: float, pool_epoch_s: float,
-                 held_gpu_w: float = 0.0) -> None:
+    def __init__(self, order: Sequence[str], reconfigure_cost_s: float, pool_epoch_s: float) -> None:
         self.order = tuple(order)
         self.reconfigure_cost_s = reconfigure_cost_s
         self.pool_epoch_s = pool_epoch_s
-        self.held_gpu_w = held_gpu_w
         self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
 
     def choose(self, shape_of: Callable[[PoolGroup], PoolShape | None], epoch: bool) -> tuple[PoolGroup, ...]:
@@ -71,7 +69,7 @@ class PoolFolding:
             return sum(price(s) if (s := shapes[g]) is not None else math.inf for g in partition)
 
         def cost_w(partition: tuple[PoolGroup, ...]) -> float:
-            return total(partition, lambda s: s.cost_w(self.held_gpu_w))
+            return total(partition, lambda s: s.cost_w)
 
         best = min(partitions(self.order), key=cost_w)
         now_w, best_w = cost_w(self.groups), cost_w(best)

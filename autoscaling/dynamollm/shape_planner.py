@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -82,12 +82,13 @@ class ShapePlannerConfig(BaseModel):
     speed_deadband: float = Field(default=0.1, ge=0, description=(
         "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile)."))
     held_gpu_w: float = Field(default=200.0, ge=0, description=(
-        "What one GPU held costs beyond its power, in watts: the planner picks the shape of least "
-        "planned power plus this per GPU, and folds pools and changes TP on the same sum. 0: power "
-        "alone (DynamoLLM), which holds a GPU more to save the few watts the profile shows between "
-        "near-equal shapes (eight TP2 replicas at 1,200 MHz against seven at 1,400), watts the "
-        "replicas' per-step clock does not save. A GPU-hour's rental over a kWh's price is ~20 kW; "
-        "at 1,000 W the planner already sizes bursts too tightly (code trace: 98.5% SLO)."))
+        "What one GPU held costs beyond its power, in watts: a steady pool's shape is the one of "
+        "least planned power plus this per GPU, and folds and TP changes weigh the same sum. 0: "
+        "power alone (DynamoLLM), which holds a GPU more to save the few watts the profile shows "
+        "between near-equal shapes, watts the replicas' per-step clock does not save. A bursty "
+        "pool is priced at power alone: its clock headroom absorbs bursts beyond the window's "
+        "peak. A GPU-hour's rental over a kWh's price is ~20 kW; at 1,000 W the planner already "
+        "sized the code trace's bursts too tightly (98.5% SLO)."))
     first_epoch_s: float = Field(default=60.0, ge=0, description=(
         "The first pool epoch (a TP change may happen) comes this long after the first plan: "
         "a minute of observed load first, then the shape the operator started with may go."))
@@ -99,10 +100,12 @@ class PoolShape:
     instances: int
     clock_mhz: int
     power_w: float  # the pool's instances together, at the planned load
+    held_gpu_w: float = 0.0  # what each GPU it holds was priced at beside its power
 
-    def cost_w(self, held_gpu_w: float) -> float:
+    @property
+    def cost_w(self) -> float:
         """What the planner minimises: its power plus `held_gpu_w` per GPU held."""
-        return self.power_w + held_gpu_w * self.tensor_parallel * self.instances
+        return self.power_w + self.held_gpu_w * self.tensor_parallel * self.instances
 
 
 def planning_slo(lengths: LengthClassConfig, cls: str, headroom: float, ttft_headroom: float) -> SLO:
@@ -239,8 +242,8 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
                 costed_mhz = next((c for c, x in zip(clocks, load_need, strict=True)
                                    if x is not None and x <= n + 1e-9), clock)
             power = shape_power_w(profile, load_rates or rates, tp, costed_mhz, max(n, 1)) if n else 0.0
-            shape = PoolShape(tp, n, clock, power)
-            if best is None or shape.cost_w(held_gpu_w) < best.cost_w(held_gpu_w) - 1e-6:
+            shape = PoolShape(tp, n, clock, power, held_gpu_w)
+            if best is None or shape.cost_w < best.cost_w - 1e-6:
                 best = shape
     return best
 
@@ -327,15 +330,17 @@ class PoolShapePlanner:
 
     def cheapest(self, planned: dict[str, float], gpus_available: int, max_instances: int | None = None,
                  tps: Collection[int] | None = None, dilation: Dilation = AS_PROFILED,
-                 replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK) -> PoolShape | None:
-        """The least-power shape for planned rates, under this planner's headrooms."""
+                 replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK, held_gpu_w: float = 0.0,
+                 ) -> PoolShape | None:
+        """The shape of least power plus `held_gpu_w` per GPU (`gpu_worth_w`) for planned
+        rates, under this planner's headrooms."""
         cfg = self.config
         rates = dilation.rates(planned)
         load = {cls: r / (1.0 + cfg.burst_margin) for cls, r in rates.items()} if replicas.pick_clock else None
         return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
                               cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
-                              load_rates=load, held_gpu_w=cfg.held_gpu_w)
+                              load_rates=load, held_gpu_w=held_gpu_w)
 
     def clock_for(self, planned: dict[str, float], tp: int, instances: int, dilation: Dilation = AS_PROFILED,
                   replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK) -> int:
@@ -350,6 +355,12 @@ class PoolShapePlanner:
                 if need is not None and need <= instances + 1e-9:
                     return clock
         return self.max_clock_mhz
+
+    def gpu_worth_w(self, pools: Collection[str], now_s: float) -> float:
+        """What a GPU held is worth to shapes serving these pools: `held_gpu_w`, or nothing if
+        one of them is bursty (its clock headroom above the planned floor is what absorbs a
+        burst beyond the window's peak; fewer GPUs at a higher clock would spend it)."""
+        return 0.0 if any(self.is_bursty(p, now_s) for p in pools) else self.config.held_gpu_w
 
     def warming_up(self, pool: str, now_s: float) -> bool:
         """Whether the pool was first planned less than `warmup_s` ago (a pool not yet
@@ -381,7 +392,8 @@ class PoolShapePlanner:
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config
-        best = self.cheapest(planned, gpus_available, max_instances, tps, dilation, replicas)
+        gpu_w = self.gpu_worth_w([pool], now_s)
+        best = self.cheapest(planned, gpus_available, max_instances, tps, dilation, replicas, gpu_w)
         if best is None:  # nothing carries the load: everything at the top shape that fits
             tp = max(tps or self.profile.tensor_parallel_degrees)
             fit = min(gpus_available // tp, max_instances or gpus_available)
@@ -391,7 +403,7 @@ class PoolShapePlanner:
             return best
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = self.cheapest(planned, gpus_available, max_instances, [current.tensor_parallel], dilation,
-                                    replicas)
+                                    replicas, gpu_w)
             # Keep the TP until an epoch finds the switch worth its cost, and while the replicas
             # run off the profile: their speed was measured at this TP and says little of another.
             if same_tp is not None and not (epoch and dilation is AS_PROFILED and self._pays(same_tp, best)):
@@ -413,7 +425,7 @@ class PoolShapePlanner:
                 self._lower_since.pop(pool, None)
         else:
             self._lower_since.pop(pool, None)
-        shape = PoolShape(best.tensor_parallel, instances, best.clock_mhz, best.power_w)
+        shape = replace(best, instances=instances)
         self._shape[pool] = shape
         return shape
 
@@ -425,6 +437,4 @@ class PoolShapePlanner:
         """What a TP switch saves over an epoch (power, plus `held_gpu_w` per GPU given back)
         exceeds the joules it burns getting there (the new replicas start while the old ones
         serve)."""
-        gpu_w = self.config.held_gpu_w
-        return worth_reconfiguring(now.cost_w(gpu_w), new.cost_w(gpu_w), self.pool_epoch_s,
-                                   self.reconfigure_cost_s * new.power_w)
+        return worth_reconfiguring(now.cost_w, new.cost_w, self.pool_epoch_s, self.reconfigure_cost_s * new.power_w)

@@ -163,9 +163,11 @@ def test_partitions_are_every_run_of_neighbours_served_by_its_last_pool() -> Non
     assert sum(1 for _ in partitions(list("abcde"))) == 16
 
 
-def _priced(watts: dict[tuple[str, ...], float], gpus: dict[tuple[str, ...], int] | None = None):
-    """A folding's `shape_of`: each group a TP2 shape of those watts (one instance, or its GPUs / 2)."""
-    return lambda g: PoolShape(2, (gpus or {}).get(g.members, 2) // 2, 1980, watts[g.members])
+def _priced(watts: dict[tuple[str, ...], float], gpus: dict[tuple[str, ...], int] | None = None,
+            held_gpu_w: float = 0.0):
+    """A folding's `shape_of`: each group a TP2 shape of those watts (one instance, or its GPUs / 2),
+    each GPU worth `held_gpu_w`."""
+    return lambda g: PoolShape(2, (gpus or {}).get(g.members, 2) // 2, 1980, watts[g.members], held_gpu_w)
 
 
 def test_folding_changes_only_on_an_epoch_and_only_when_the_saving_pays_a_restart() -> None:
@@ -182,18 +184,19 @@ def test_folding_changes_only_on_an_epoch_and_only_when_the_saving_pays_a_restar
 
 
 def test_a_fold_that_gives_back_gpus_at_a_few_more_watts_pays_only_where_gpus_are_worth_watts() -> None:
-    """`held_gpu_w` prices each GPU a partition holds; the restart still costs its joules."""
+    """Shapes priced with a GPU's worth (`PoolShape.held_gpu_w`) fold to hold fewer GPUs; the
+    restart still costs only its joules."""
     watts = {("s",): 500.0, ("l",): 500.0, ("s", "l"): 1050.0}  # 50 W more on 2 GPUs fewer
     gpus = {("s",): 2, ("l",): 2, ("s", "l"): 2}
     power_only = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0)
     assert [g.members for g in power_only.choose(_priced(watts, gpus), epoch=True)] == [("s",), ("l",)]
     # 2 GPUs x 200 W - 50 W = 350 W x 300 s = 105 kJ against 30 s x 1,050 W = 31.5 kJ: folds.
-    weighed = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0, held_gpu_w=200.0)
-    assert [g.members for g in weighed.choose(_priced(watts, gpus), epoch=True)] == [("s", "l")]
+    weighed = PoolFolding(["s", "l"], reconfigure_cost_s=30.0, pool_epoch_s=300.0)
+    assert [g.members for g in weighed.choose(_priced(watts, gpus, 200.0), epoch=True)] == [("s", "l")]
     # A 90 s restart burns 94.5 kJ, less than the 105 kJ saved: folds (the GPUs' worth over the
     # restart, 90 s x 400 W more, is not charged: the new replicas start while the old ones serve).
-    slow = PoolFolding(["s", "l"], reconfigure_cost_s=90.0, pool_epoch_s=300.0, held_gpu_w=200.0)
-    assert [g.members for g in slow.choose(_priced(watts, gpus), epoch=True)] == [("s", "l")]
+    slow = PoolFolding(["s", "l"], reconfigure_cost_s=90.0, pool_epoch_s=300.0)
+    assert [g.members for g in slow.choose(_priced(watts, gpus, 200.0), epoch=True)] == [("s", "l")]
 
 
 def test_a_held_gpu_is_worth_a_few_watts_to_the_planner(profile) -> None:
@@ -209,7 +212,13 @@ def test_a_held_gpu_is_worth_a_few_watts_to_the_planner(profile) -> None:
 
     assert gpus(weighed) < gpus(power_only)
     assert power_only.power_w < weighed.power_w < power_only.power_w + 200.0 * (gpus(power_only) - gpus(weighed))
-    assert ShapePlannerConfig().held_gpu_w == 200.0
+    # Worth its watts to a steady pool only: a bursty pool's clock headroom absorbs its bursts.
+    planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    assert planner.gpu_worth_w(["p"], 0.0) == ShapePlannerConfig().held_gpu_w == 200.0
+    planner.planning_rates("p", {"LM": 0.0}, 0.0, 0.0)
+    for t in range(150, 300, 5):  # on/off: 20 req/s every other minute, past the warm-up
+        planner.planning_rates("p", {"LM": 20.0 if t // 60 % 2 else 0.0}, 0.0, float(t))
+    assert planner.is_bursty("p", 300.0) and planner.gpu_worth_w(["p"], 300.0) == 0.0
 
 
 def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each(profile) -> None:
