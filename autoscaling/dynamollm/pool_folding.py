@@ -8,8 +8,9 @@ trace on one TP8 replica, a shape no per-pool plan can reach. So the planner cos
 partition of the pools into runs of neighbours (pools ordered by the inputs they serve),
 each run served by its last pool, the one that can take every request of the run, and
 keeps the cheapest (least power plus what each GPU held is worth, as the shape planner
-prices a pool: `PoolShape.cost_w`). A partition changes only on a pool epoch and only when what it saves over
-the epoch pays the joules of a restart, as a TP change does. Pure: shapes in, groups out.
+prices a pool: `PoolShape.cost_w`). A partition changes only on a pool epoch and only
+when what it saves over the epoch pays the joules of a restart, as a TP change does.
+Pure: shapes in, groups out.
 """
 
 from __future__ import annotations

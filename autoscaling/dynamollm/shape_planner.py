@@ -87,8 +87,8 @@ class ShapePlannerConfig(BaseModel):
         "power alone (DynamoLLM), which holds a GPU more to save the few watts the profile shows "
         "between near-equal shapes, watts the replicas' per-step clock does not save. A bursty "
         "pool is priced at power alone: its clock headroom absorbs bursts beyond the window's "
-        "peak. A GPU-hour's rental over a kWh's price is ~20 kW; at 1,000 W the planner already "
-        "sized the code trace's bursts too tightly (98.5% SLO)."))
+        "peak. A GPU-hour's rental over a kWh's price is ~20 kW; 200 W breaks the profile's "
+        "near-ties without trading SLO on the benches (docs/one-controller.md)."))
     first_epoch_s: float = Field(default=60.0, ge=0, description=(
         "The first pool epoch (a TP change may happen) comes this long after the first plan: "
         "a minute of observed load first, then the shape the operator started with may go."))
