@@ -13,6 +13,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from app.pool_overflow import PoolOverflowConfig
 from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
@@ -242,6 +243,7 @@ class AppConfig(BaseModel):
     predictor: PredictorConfig = Field(default=PredictorConfig(), description="Mico's output-length predictor that picks each request's length class.")
     batch_api: BatchApiConfig = Field(default=BatchApiConfig(), description="The OpenAI Batch API and its durable queue.")
     splitwise: SplitwiseServeConfig = Field(default=SplitwiseServeConfig(), description="Splitwise's phase split; in effect when the pools have phases.")
+    pool_overflow: PoolOverflowConfig = Field(default=PoolOverflowConfig(), description="In a burst, an interactive request whose length pool is backed up tries the other serving pools first (app.pool_overflow); pools of Chiron's replica kinds or Splitwise's phases route by their own rules instead.")
 
     # ---- reliability (deployments.resume) ----
     max_retries: int = Field(default=2, ge=0, le=5, description="A request whose replica fails is retried at most this often: streams resume where they stopped, other requests start over; then a 503 with Retry-After.")

@@ -138,6 +138,14 @@ class RequestShed(Exception):
         self.retry_after_s = retry_after_s
 
 
+class RequestOverflowed(RequestShed):
+    """The replica refused a request its router may send to another pool
+    (`Request.refuse_above_pending_tokens`): routing, not overload."""
+
+    def __init__(self, request_id: str, pending_prompt_tokens: int, limit: int | None) -> None:
+        super().__init__(request_id, f"{pending_prompt_tokens} prompt tokens to prefill > {limit}", 0.0)
+
+
 class RunningBatch(Protocol):
     """What an admission rule reads of a replica: its running sequences and capacity.
     The batcher is one; a vLLM replica's view of what it has inside vLLM is the other
@@ -243,7 +251,11 @@ class ContinuousBatcher:
         return seq
 
     def _refuse_if_overloaded(self, request: Request, now_s: float) -> None:
-        """Shed at arrival, before queueing makes every waiting request late."""
+        """Shed at arrival, before queueing makes every waiting request late; refuse one
+        the router may overflow to another pool when this replica is backed up."""
+        pending = self.pending_prompt_tokens
+        if request.overflows(pending):
+            raise RequestOverflowed(request.request_id, pending, request.refuse_above_pending_tokens)
         cap = self.config.max_waiting
         if cap is not None and len(self.waiting) >= cap:
             raise RequestShed(request.request_id, f"{len(self.waiting)} requests already wait", 1.0)
@@ -660,6 +672,11 @@ class ContinuousBatcher:
         """Arrivals per length class over the trailing window."""
         return self._arrivals.per_s(now_s)
 
+    @property
+    def pending_prompt_tokens(self) -> int:
+        """Prompt tokens its waiting and running sequences still have to prefill."""
+        return sum(s.prefill_target - s.prefilled for s in (*self.waiting, *self.running))
+
     def stats(self, now_s: float) -> ReplicaStats:
         self._account_idle(now_s)
         return ReplicaStats(
@@ -668,7 +685,7 @@ class ContinuousBatcher:
             batch_limit=self.batch_limit,
             kv_blocks_used=self.kv_blocks_used,
             kv_blocks_total=self.kv_blocks_total,
-            pending_prompt_tokens=sum(s.prefill_target - s.prefilled for s in (*self.waiting, *self.running)),
+            pending_prompt_tokens=self.pending_prompt_tokens,
             pending_decode_tokens=sum(
                 s.request.output_tokens_to_generate - s.generated for s in (*self.waiting, *self.running)
             ),

@@ -28,12 +28,21 @@ class Request:
     # What a real engine needs to generate (the sim engine only counts tokens).
     prompt_text: str = ""
     sampling: Sampling = Sampling()
+    # Overflow between pools (app.pool_overflow): a replica with more prompt tokens than this
+    # still to prefill refuses the request at arrival, and the router tries its next pool.
+    # None: the request queues wherever it is sent.
+    refuse_above_pending_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1:
             raise ValueError("prompt_tokens must be >= 1")
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be >= 1")
+
+    def overflows(self, pending_prompt_tokens: int) -> bool:
+        """Whether a replica with `pending_prompt_tokens` still to prefill refuses it."""
+        limit = self.refuse_above_pending_tokens
+        return limit is not None and pending_prompt_tokens > limit
 
     @property
     def output_tokens_to_generate(self) -> int:

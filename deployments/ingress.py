@@ -35,6 +35,7 @@ from app.openai_api import (
     openapi_body,
     usage_dict,
 )
+from app.pool_overflow import Attempt, overflow_attempts, serving_pools
 from app.prompt_tokenizer import prompt_tokenizer
 from app.route import WeightedRouter
 from app.sampling import sampling_of
@@ -197,17 +198,19 @@ class Ingress:
                     request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
-            candidates = [p for p in await self._candidates(request.service_class, pool)
-                          if p not in self.state.drained] or [pool]
+            attempts = await self._attempts(request.service_class, pool)
             self.metrics.accepted(route)
             try:
-                for i, pool in enumerate(candidates):
+                for i, attempt in enumerate(attempts):
+                    request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
                     try:
-                        response = await self._respond(body, request, pool, render, route, candidates[i + 1:])
+                        response = await self._respond(body, request, attempt.pool, render, route,
+                                                       [a.pool for a in attempts[i + 1:]])
                     except APIError as err:
-                        if err.code == POOL_FULL and i + 1 < len(candidates):
-                            continue  # Chiron: overflow from a kind's own pool to the mixed pool
+                        if err.code == POOL_FULL and i + 1 < len(attempts):
+                            continue  # overflow: to the mixed pool (Chiron), or a pool with room
                         raise
+                    request.refuse_above_pending_tokens = None  # a resumed stream queues where it goes
                     return response
             except APIError as err:
                 self.metrics.outcome(route, _outcome_of(err))
@@ -262,6 +265,25 @@ class Ingress:
         if report is not None:
             self.metrics.served(request.service_class, report["e2e_s"], report["slo_met"], resumption.resumed)
         return report
+
+    async def _attempts(self, service_class: str, pool: str) -> list[Attempt]:
+        """Pools to try in order, none drained. With length pools, an interactive request
+        whose pool is backed up tries the other serving pools with a replica running
+        (app.pool_overflow); with Chiron's kinds, the kind's pool and then mixed."""
+        drained = self.state.drained
+        if self.config.pool_of_kind(ReplicaKind.MIXED) is not None:
+            kinds = [p for p in await self._candidates(service_class, pool) if p not in drained]
+            return [Attempt(p, None) for p in kinds or [pool]]
+        if self.phase_split is not None:
+            return [Attempt(pool, None)]
+        order = [p.deployment_name for p in self.config.pools if p.deployment_name not in drained]
+        serving = serving_pools(self.router.weights, order)
+        attempts = overflow_attempts(pool, service_class, serving, self.config.pool_overflow)
+        if len(attempts) == 1:
+            return attempts
+        running = await self._running_replicas()
+        return [a for a in attempts
+                if a.refuse_above_pending_tokens is None or running.get(self.state.deployment(a.pool), 0) > 0]
 
     async def _candidates(self, service_class: str, pool: str) -> list[str]:
         """Pools to try in order. With Chiron's replica kinds: interactive requests go to

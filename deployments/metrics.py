@@ -66,7 +66,8 @@ class ReplicaMetrics:
         self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
         self.refused = metrics.Counter(
-            "wattwise_requests_refused_total", "Requests the replica refused: shed at arrival or squashed.",
+            "wattwise_requests_refused_total", "Requests the replica refused: shed at arrival (overload), "
+            "squashed, or overflow (backed up: the ingress tried the next pool).",
             ("pool", "reason"),  # type: ignore[arg-type]
         )
 

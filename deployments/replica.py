@@ -20,7 +20,7 @@ import ray
 
 from app.splitwise_config import SplitwiseServeConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
-from batching.continuous_batcher import RequestShed
+from batching.continuous_batcher import RequestOverflowed, RequestShed
 from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
@@ -229,7 +229,9 @@ class LLMReplica:
     def _refused(self, exc: RequestSquashed | RequestShed) -> Refusal:
         """The reply for a request the engine refused (squashed after waiting, or shed)."""
         refusal = _refusal(exc)
-        self.metrics.record_refusal("squashed" if isinstance(refusal, Squashed) else "shed")
+        reason = ("squashed" if isinstance(refusal, Squashed)
+                  else "overflow" if isinstance(exc, RequestOverflowed) else "shed")
+        self.metrics.record_refusal(reason)
         return refusal
 
     def _record(self, request: Request, chunk: GenerationChunk) -> None:

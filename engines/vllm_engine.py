@@ -23,7 +23,7 @@ from typing import Any
 import psutil
 
 from autoscaling.throttllem.replica_policies import replica_policies
-from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, Sequence
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, RequestOverflowed, Sequence
 from batching.hook_chains import chain_admission
 from core.arrival_rates import ArrivalRates
 from core.request import Request
@@ -182,6 +182,10 @@ class VllmEngine:
     def count_tokens(self, text: str) -> int:
         return len(self.tokenizer.encode(text))
 
+    def _pending_prompt_tokens(self) -> int:
+        """Prompt tokens its requests have yet to prefill (a request's, until its first token)."""
+        return sum(p for p, _ in self._pending.values())
+
     def stats(self) -> ReplicaStats:
         snap = self.tracker.snapshot
         inside = self.gate.active
@@ -195,7 +199,7 @@ class VllmEngine:
             batch_limit=self.gate.limit,
             kv_blocks_used=round(snap.kv_usage * snap.kv_blocks_total) if inside else 0,
             kv_blocks_total=snap.kv_blocks_total,
-            pending_prompt_tokens=sum(p for p, _ in self._pending.values()),
+            pending_prompt_tokens=self._pending_prompt_tokens(),
             pending_decode_tokens=sum(d for _, d in self._pending.values()),
             itl_ewma_s=snap.itl_ewma_s,
             ttft_ewma_s=snap.ttft_ewma_s,
@@ -253,6 +257,9 @@ class VllmEngine:
     async def _generate(self, run: Continuation, urgent: bool) -> AsyncIterator[GenerationChunk]:
         request = run.request
         rid = request.request_id
+        pending = self._pending_prompt_tokens()
+        if request.overflows(pending):
+            raise RequestOverflowed(rid, pending, request.refuse_above_pending_tokens)
         self._arrivals.add(time.time(), request.length_class, request.service_class == "batch")
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
         mark = self.energy.mark()

@@ -188,10 +188,12 @@ def with_throttllem(setups: list[PoolSetup], config: SimConfig) -> list[PoolSetu
 
 def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
     """The simulated pools started as the served app starts them (its TP and initial
-    replicas), not the simulator's peak-sized provisioning."""
+    replicas), not the simulator's peak-sized provisioning, and routed as its ingress routes
+    (overflow between pools in a burst)."""
     pools = {p.deployment_name: p for p in app.pools}
     return [replace(s, tensor_parallel=pools[s.name].engine.tensor_parallel,
-                    replicas=pools[s.name].autoscaling.initial_replicas or pools[s.name].autoscaling.min_replicas)
+                    replicas=pools[s.name].autoscaling.initial_replicas or pools[s.name].autoscaling.min_replicas,
+                    overflow=app.pool_overflow)
             if s.name in pools else s for s in setups]
 
 

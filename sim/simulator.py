@@ -18,11 +18,12 @@ from enum import IntEnum
 import numpy as np
 
 from app.classify import Classifier
+from app.pool_overflow import PoolOverflowConfig, overflow_attempts, serving_pools
 from app.route import WeightedRouter
 from autoscaling.chiron.batch_queue import OutputLengthStats, QueuedBatchRequest
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from autoscaling.chiron.queue_summary import summarise_queue
-from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, Sequence
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, RequestOverflowed, Sequence
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
@@ -91,6 +92,9 @@ class PoolSetup:
     interactive_first: bool = False
     # Prompts prefill earliest TTFT deadline first (BatcherConfig.prefill_by_ttft_deadline).
     prefill_by_ttft_deadline: bool = False
+    # Its interactive requests try the other serving pools while its replicas are backed up
+    # (app.pool_overflow, as the Serve ingress does); None: they queue here.
+    overflow: PoolOverflowConfig | None = None
 
 
 class Pool:
@@ -259,9 +263,15 @@ class Simulator:
         self._route(request, pool_name, now)
 
     def _route(self, request: Request, pool_name: str, now: float) -> None:
-        pool = self.pools[self.router.pick(request.length_class, pool_name)]
-        self.log.pool[int(request.request_id)] = pool.index
-        self._dispatch(pool, request, now)
+        chosen = self.router.pick(request.length_class, pool_name)
+        serving = serving_pools(self.router.weights, self.pools)
+        for attempt in overflow_attempts(chosen, request.service_class, serving, self.pools[chosen].setup.overflow):
+            pool = self.pools[attempt.pool]
+            request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
+            if self._dispatch(pool, request, now):
+                request.refuse_above_pending_tokens = None
+                self.log.pool[int(request.request_id)] = pool.index
+                return
 
     def _release_batch(self, now: float) -> None:
         """Send queued batch requests (deadline order: they share a target, so arrival order)
@@ -309,8 +319,9 @@ class Simulator:
             while pool is not None and self.batch_queue and self._has_room(pool):
                 self._dispatch(pool, self.batch_queue.popleft(), now)
 
-    def _dispatch(self, pool: Pool, request: Request, now: float) -> None:
-        """Join the shortest queue among the pool's ready replicas; else wait outside."""
+    def _dispatch(self, pool: Pool, request: Request, now: float) -> bool:
+        """Join the shortest queue among the pool's ready replicas; else wait outside. False:
+        refused for overflow (`Request.refuse_above_pending_tokens`), nothing changed."""
         best: SimReplica | None = None
         best_load = 0
         for r in pool.replicas:
@@ -319,18 +330,23 @@ class Simulator:
                 if best is None or load < best_load:
                     best, best_load = r, load
         if best is None:
+            if request.refuse_above_pending_tokens is not None:
+                return False
             pool.outside.append(request)
-            return
+            return True
         prior = self.preempted.pop(request.request_id, None)
         try:
             if prior is None:
                 best.ready_batcher.add(request, now)
             else:  # resumes from its tokens: their KV is recomputed, none is emitted twice
                 best.ready_batcher.resume(request, prior, now, kv_present=False)
+        except RequestOverflowed:
+            return False
         except ValueError:  # larger than the replica's whole KV cache
             self._reject(int(request.request_id), now)
-            return
+            return True
         self._kick(best, now)
+        return True
 
     def _kick(self, r: SimReplica, now: float) -> None:
         """Start the replica's next step if it is free to."""

@@ -14,7 +14,7 @@ from ray.exceptions import ActorDiedError
 from ray.serve.config import AutoscalingContext
 from ray.serve.exceptions import RequestCancelledError
 
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, RequestShed
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, RequestOverflowed, RequestShed
 from core.request import Request
 from core.slo import SLO
 from deployments.messages import ReplicaChunk
@@ -162,6 +162,24 @@ def test_requests_are_shed_before_the_queue_makes_them_late() -> None:
         batcher.add(late, first.arrival_s + 3.0)  # the head has waited 3 s: c would wait at least as long
     assert 1 <= shed.value.retry_after_s <= 30
     batcher.add(_request("d", ttft_s=30.0), first.arrival_s + 3.0)  # a looser target still fits
+
+
+def test_a_backed_up_replica_refuses_what_its_router_may_send_elsewhere() -> None:
+    """Overflow between pools (app.pool_overflow): the limit is the prompt tokens the
+    replica still has to prefill; a refused request leaves no trace, one without a limit queues."""
+    batcher = _batcher()
+    batcher.add(_request("a", prompt=3000), 0.0)
+    batcher.add(_request("b", prompt=2000), 0.0)
+    overflowable = _request("c", prompt=10)
+    overflowable.refuse_above_pending_tokens = 4999
+    with pytest.raises(RequestOverflowed, match="5000 prompt tokens to prefill > 4999"):
+        batcher.add(overflowable, 0.0)
+    assert "c" not in batcher.by_id and batcher.stats(0.0).class_rates_per_s == {"MM": 2 / 30}
+    overflowable.refuse_above_pending_tokens = 5000
+    batcher.add(overflowable, 0.0)  # not over the limit: taken
+    last = _request("d", prompt=10)
+    batcher.add(last, 0.0)  # no limit: queues however backed up the replica is
+    assert batcher.pending_prompt_tokens == 5020
 
 
 def test_time_spent_before_the_replica_does_not_count_as_its_queue() -> None:

@@ -143,6 +143,44 @@ def test_a_refusal_is_a_503_with_retry_after(client: TestClient, ingress: Ingres
     assert "queue full" in error["message"] and r.headers["retry-after"] == "2"
 
 
+class _BackedUp:
+    """A replica with more prompt tokens to prefill than any overflow limit: it refuses a
+    request its router may send elsewhere (as the batcher's RequestOverflowed does), and
+    serves one it may not."""
+
+    def __init__(self, replica: LLMReplica) -> None:
+        self.replica = replica
+        self.limits: list[int | None] = []
+
+    async def complete(self, request: Any) -> Any:
+        self.limits.append(request.refuse_above_pending_tokens)
+        if request.refuse_above_pending_tokens is not None:
+            return Shed("backed up", 0.0)
+        return await self.replica.complete(request)
+
+
+def test_a_backed_up_pool_overflows_to_another_serving_pool_in_order(client: TestClient, ingress: Ingress) -> None:
+    """app.pool_overflow through the ingress: the short pool's replica refuses, the next
+    serving pool serves; with no plan's routing yet (no pool known to serve), no overflow."""
+    short = ingress.pools["pool-short"]
+    backed_up = _BackedUp(short.target)  # type: ignore[attr-defined]
+    ingress.pools["pool-short"] = _Handle(backed_up)  # type: ignore[assignment]
+    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 3}
+    try:
+        first = client.post("/v1/completions", headers=_auth(), json=body)
+        assert first.status_code == 200 and first.json()["wattwise"]["pool"] == "pool-short"
+        assert backed_up.limits == [None]
+        own = {c: {p.deployment_name: 1.0} for p in ingress.config.pools for c in p.classes}
+        ingress.router.set_weights(own)
+        r = client.post("/v1/completions", headers=_auth(), json=body)
+        assert r.status_code == 200, r.text
+        order = [p.deployment_name for p in ingress.config.pools]
+        assert r.json()["wattwise"]["pool"] == next(p for p in order if p != "pool-short")
+        assert backed_up.limits[1:] == [ingress.config.pool_overflow.backed_up_tokens]
+    finally:
+        ingress.router.set_weights({})
+
+
 def test_replica_messages_pickle() -> None:
     usage = RequestUsage(3, 2, 1.5, 0.1, 0.3, 0.2, 0)
     for message in (ReplicaChunk("ab", 2, "stop", usage, splitwise=SplitwiseReport("p", "prompt", "t", "token", 9)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.pool_overflow import PoolOverflowConfig
 from autoscaling.baselines import PoolPlanConfig, StaticPolicy
 from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
@@ -13,7 +14,7 @@ from sim.config import SimConfig
 from sim.run import simulate
 from sim.scenario import layout
 from sim.simulator import PoolSetup, Simulator
-from sim.workload import fit_context, load_trace, synthetic, window
+from sim.workload import Workload, fit_context, load_trace, synthetic, window
 
 CONFIG = SimConfig()
 
@@ -192,3 +193,33 @@ def test_batch_requests_on_length_pools_wait_in_the_global_queue_with_a_bounded_
     assert bounded.peak_batch == 8 and not bounded.batch_backlog and not bounded.batch_out
     unbounded = _CountingBatch(w, policy, pools, SimConfig(batch_in_flight=None))
     assert unbounded.run().log.done.all() and unbounded.peak_batch == 200
+
+
+class OwnPools:
+    """Each class to its own pool (the weights the one controller publishes), one replica each."""
+
+    def __init__(self, pools: list[PoolSetup]) -> None:
+        self.pools = pools
+
+    def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
+        return ClusterPlan(replicas={p.name: 1 for p in self.pools},
+                           routing_weights={c: {p.name: 1.0} for p in self.pools for c in p.classes})
+
+
+def test_a_burst_on_one_pool_overflows_to_another_pool_with_room():
+    """Forty long prompts at once on the long pool's one replica: with overflow, the short
+    pool's idle replica takes some, and their first tokens come sooner; without, all queue."""
+    n = 40
+    w = Workload(np.linspace(0.0, 2.0, n), np.full(n, 4000), np.full(n, 20), np.ones(n, dtype=bool))
+    names = LengthClassConfig.names()
+    outcomes = {}
+    for overflow in (None, PoolOverflowConfig(backed_up_tokens=8000)):
+        pools = [PoolSetup("pool-short", tuple(c for c in names if not c.startswith("L")), 2, 1980, 1,
+                           overflow=overflow),
+                 PoolSetup("pool-long", tuple(c for c in names if c.startswith("L")), 2, 1980, 1, overflow=overflow)]
+        log = Simulator(w, OwnPools(pools), pools, SimConfig(length_prediction="oracle")).run().log
+        assert log.done.all() and not log.rejected.any()
+        outcomes[overflow is not None] = (int((log.pool == 0).sum()), float(np.mean(log.ttft_s)))
+    (stayed, ttft_alone_s), (overflowed, ttft_shared_s) = outcomes[False], outcomes[True]
+    assert stayed == 0 and 0 < overflowed < n
+    assert ttft_shared_s < ttft_alone_s
