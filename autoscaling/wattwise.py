@@ -2,7 +2,7 @@
 
 | decision | owner | where it runs |
 | --- | --- | --- |
-| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power, plus `held_gpu_w` (200 W) per GPU held in a steady pool, meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool of interactive work whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
+| replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power, plus `held_gpu_w` (200 W) per GPU held in a steady pool, meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool without a batch backlog whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
 | which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the cheapest partition (the same power plus GPUs' worth) of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
 | which pool serves an interactive request while its own is backed up (a burst beyond the plan) | overflow between pools (app.pool_overflow: Splitwise's join-the-shortest-queue at the pool level; a replica with over `backed_up_tokens` (16,000) prompt tokens to prefill refuses a request that has another serving pool to try, one with under half of that takes it) | per request: the ingress (through the replicas' refusals) and the simulator's router |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
@@ -86,7 +86,7 @@ class WattwiseConfig(BaseModel):
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
     lowest_floor_when_steady: bool = Field(default=True, description=(
-        "A pool that is not bursty, serves no batch work, and whose replicas all pick each step's "
+        "A pool that is not bursty, has no batch requests waiting, and whose replicas all pick each step's "
         "clock (throttLL'eM's hook) gets the GPU's lowest clock as its band's floor; the planned "
         "clock then sizes its instances only. False: the planned clock is always the floor."))
 
@@ -271,8 +271,10 @@ class WattwisePolicy:
         their way: until they are ready, the replicas already serving carry the planned load, at
         the clock that needs (the top one if they cannot). A bursty pool keeps the planned
         floor: in a burst its long prefills interleave with the running decodes, whose TBT a
-        low clock stretches. So does a pool serving batch work: it fills the batches at the
-        clock its loose deadlines allow, and interactive prompts arriving wait behind it."""
+        low clock stretches. So does a pool with batch requests waiting at its replicas: batch
+        work fills its batches at the clock its loose deadlines allow, and interactive prompts
+        arriving wait behind it. Batch work that runs as it arrives is served like interactive
+        work, at the clock the search picks."""
         if traits.pick_clock:
             return self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
@@ -284,20 +286,19 @@ class WattwisePolicy:
         """What the pool's replicas report that its costs depend on: whether every one prefills
         in TTFT-deadline order (with the longest step any reports), and whether they pick each
         step's clock from the GPU's lowest up (the band's floor `_clock_floor` gives them: a
-        steady pool of interactive work whose replicas all run throttLL'eM's clock hook)."""
+        steady pool with no batch backlog whose replicas all run throttLL'eM's clock hook)."""
         stats = dep.replica_stats if dep is not None else ()
         steps = [s.deadline_prefill_step_s for s in stats if s.deadline_prefill_step_s > 0]
         pick_clock = bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
                           and dep is not None and stats and all(s.per_step_clock for s in stats)
-                          and not self._serves_batch(dep))
+                          and not self._batch_backlog(dep))
         return ReplicaTraits(deadline_step_s=max(steps) if stats and len(steps) == len(stats) else None,
                              pick_clock=pick_clock)
 
     @staticmethod
-    def _serves_batch(dep: DeploymentView) -> bool:
-        """Batch requests arrived on or wait at any of the pool's replicas (the replicas'
-        trailing rate window)."""
-        return any(s.batch_rate_per_s > 0 or s.batch_waiting > 0 for s in dep.replica_stats)
+    def _batch_backlog(dep: DeploymentView) -> bool:
+        """Batch requests wait at any of the pool's replicas: batch work has filled them."""
+        return any(s.batch_waiting > 0 for s in dep.replica_stats)
 
     def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
                      now_s: float) -> PoolShape | None:

@@ -432,17 +432,19 @@ def test_while_instances_start_the_serving_replicas_run_at_the_clock_the_load_ne
 
 def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_lowest_floor(profile) -> None:
     """The planned clock sizes instances; replicas whose per-step search sees every deadline
-    may run below it. Replicas that run at the floor (vLLM here), a bursty pool, a pool
-    serving batch work, or the setting off keep the planned clock as the floor."""
+    may run below it. Replicas that run at the floor (vLLM here), a bursty pool, a pool with
+    batch requests waiting, or the setting off keep the planned clock as the floor; batch work
+    that runs as it arrives does not."""
     lowest = min(profile.clocks_mhz)
 
     def floor_after(per_step_clock: bool, rate_at, config: WattwiseConfig, end_s: float = 600.0,
-                    batch_rate_per_s: float = 0.0) -> float:
+                    batch_rate_per_s: float = 0.0, batch_waiting: int = 0) -> float:
         policy = WattwisePolicy(config, profile=profile)
         t, plan = 0.0, None
         while t <= end_s:
             stats = ReplicaStats(tensor_parallel=8, per_step_clock=per_step_clock, class_rates_per_s={"SS": rate_at(t)},
-                                 batch_rate_per_s=batch_rate_per_s)
+                                 batch_rate_per_s=batch_rate_per_s, queued_requests=batch_waiting,
+                                 batch_waiting=batch_waiting)
             view = ClusterView({"pool-short": DeploymentView("pool-short", 1, 1, 1, 64, (stats,))})
             plan = policy.observe(view, t)
             t += policy.config.plan_interval_s
@@ -458,7 +460,8 @@ def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_lowest_floo
     assert planned > lowest
     assert floor_after(True, steady, config.model_copy(update={"lowest_floor_when_steady": False})) == planned
     assert floor_after(True, bursty, config) > lowest
-    assert floor_after(True, steady, config, batch_rate_per_s=2.0) > lowest  # batch work fills the batches
+    assert floor_after(True, steady, config, batch_rate_per_s=2.0) == lowest  # batch work served as it comes
+    assert floor_after(True, steady, config, batch_rate_per_s=2.0, batch_waiting=4) > lowest  # it fills the batches
 
 
 def test_replica_stats_survive_serves_flat_metrics() -> None:
