@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import openai
@@ -84,26 +84,34 @@ class Stream:
     dropped: str | None = None  # the connection broke or the stream ended silently
 
 
-HEAD_START_ATTEMPTS = 3
+NODE_START_ATTEMPTS = 3
+T = TypeVar("T")
 
 
-def _start_head() -> Any:  # ray.cluster_utils.Cluster, imported where Ray is wanted
-    """A cluster with its head node, started again if the head times out: Ray waits a fixed
-    30 s for the head's raylet to register, which a CI machine running the unit tier beside
-    this one can exceed (seen once in ~40 runs). The processes of a failed try are killed."""
-    from ray.cluster_utils import Cluster
-
-    for attempt in range(1, HEAD_START_ATTEMPTS + 1):
+def _node_started(start: Callable[[], T]) -> T:
+    """`start()` (the cluster's head, or a node joining it), tried again if its raylet does
+    not register in time: Ray waits a fixed 30 s for that, which a CI machine running the
+    unit tier beside this one can exceed (seen for the head once in ~40 runs, then for a
+    worker). The processes of a failed try are killed; a failed node never joined the
+    cluster's list (Cluster.add_node adds it once started)."""
+    for attempt in range(1, NODE_START_ATTEMPTS + 1):
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
-            return Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+            return start()
         except Exception as err:
-            if "timed out during startup" not in str(err) or attempt == HEAD_START_ATTEMPTS:
+            if "timed out during startup" not in str(err) or attempt == NODE_START_ATTEMPTS:
                 raise
             for child in psutil.Process().children(recursive=True):
                 if child.pid not in before:
                     child.kill()
     raise AssertionError("unreachable")
+
+
+def _start_head() -> Any:  # ray.cluster_utils.Cluster, imported where Ray is wanted
+    from ray.cluster_utils import Cluster
+
+    return _node_started(lambda: Cluster(initialize_head=True,
+                                         head_node_args={"num_cpus": 0, "include_dashboard": False}))
 
 
 class LiveCluster:
@@ -140,7 +148,7 @@ class LiveCluster:
 
     def add(self, kind: dict[str, Any]) -> Any:
         """A worker of `kind` joins (at start, or replacing a lost one)."""
-        node = self.cluster.add_node(**kind)
+        node = _node_started(lambda: self.cluster.add_node(**kind))
         self.kinds[node.node_id] = kind
         return node
 
