@@ -56,6 +56,7 @@ from prediction.predictor_factory import make_predictor
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"
 POOL_FULL = "pool_full"
+REPLICA_COUNTS_MAX_AGE_S = 2.0  # the pools' running replicas, read from Serve's status, are reused this long
 
 # Follows the controller's plan forever, calling its argument with each new plan
 # (deployments.plan_store.follow_plan for the ingress's app).
@@ -291,7 +292,7 @@ class Ingress:
         the background when stale: an interactive request never waits on Serve's status (the
         demo's live SLO fell from 99.6% to 85% while requests awaited it)."""
         at, counts = self._replica_counts
-        if time.monotonic() - at > 2.0 and (self._counting is None or self._counting.done()):
+        if time.monotonic() - at > REPLICA_COUNTS_MAX_AGE_S and (self._counting is None or self._counting.done()):
             self._counting = asyncio.get_running_loop().create_task(self._running_replicas())
         return counts
 
@@ -308,9 +309,9 @@ class Ingress:
         interactive = self.config.pool_of_kind(ReplicaKind.INTERACTIVE)
         return [interactive, mixed] if interactive else [mixed]
 
-    async def _running_replicas(self, max_age_s: float = 2.0) -> dict[str, int]:
+    async def _running_replicas(self) -> dict[str, int]:
         at, counts = self._replica_counts
-        if time.monotonic() - at > max_age_s:
+        if time.monotonic() - at > REPLICA_COUNTS_MAX_AGE_S:
             status = await asyncio.to_thread(self.state.pools_status)
             counts = {name: info["replicas"].get("RUNNING", 0) for name, info in status.items()}
             self._replica_counts = (time.monotonic(), counts)
