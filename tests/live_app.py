@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,32 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, poll_
             return time.monotonic() - start
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def under_load(send: Callable[[], None], clients: int, until: Callable[[], bool], timeout_s: float) -> bool:
+    """Whether `until()` came to hold while `clients` threads each ran `send()` back to back.
+    The load has no gaps (in which an idle reading could let a policy shrink the pools) and
+    lasts until the outcome or a generous deadline: starting a replica is slow on a busy
+    machine. A request that failed fails the caller."""
+    stop = threading.Event()
+
+    def keep_busy() -> None:
+        while not stop.is_set():
+            send()
+
+    deadline = time.monotonic() + timeout_s
+    held = False
+    with ThreadPoolExecutor(clients) as pool:
+        running = [pool.submit(keep_busy) for _ in range(clients)]
+        try:
+            while not held and time.monotonic() < deadline:
+                held = until()
+                time.sleep(1)
+        finally:
+            stop.set()
+        for client in running:
+            client.result()
+    return held
 
 
 def metric_sum(served: LocalServe, name: str, **labels: str) -> float:

@@ -2,15 +2,14 @@
 the OpenAI Batch API on its durable queue, across an app restart."""
 
 import json
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
 
+from tests.live_app import under_load
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -73,38 +72,29 @@ def test_batch_api_survives_an_app_restart_and_interactive_load_scales_pools(tmp
         # Interactive load beyond the interactive pool overflows to mixed replicas, and
         # Chiron's IBP (all of them running interactive work) asks for more replicas.
         pools: set[str] = set()
-        stop = threading.Event()
 
-        def keep_busy() -> None:
-            # Each client sends its next request as soon as one returns: the load has no gaps
-            # in which an idle reading could let the policy shrink the pools.
-            while not stop.is_set():
-                r = client.completions.create(model=MODEL, prompt="hi there", max_tokens=150)
-                pools.add(r.model_extra["wattwise"]["pool"])
+        def send() -> None:
+            r = client.completions.create(model=MODEL, prompt="hi there", max_tokens=150)
+            pools.add(r.model_extra["wattwise"]["pool"])
 
         def serving() -> int:
             counts = served.pool_replicas()
             return counts["pool-interactive"] + counts["pool-mixed"]
 
         # 3 replicas at start, or 2 once the idle hold shrank them, which may happen after a
-        # first reading: a scale-up is a count above the lowest one seen under load. The load
-        # lasts until both pools served it and a replica the policy asked for runs: a generous
-        # deadline, as starting a replica takes long on a busy machine.
+        # first reading: a scale-up is a count above the lowest one seen under load, with
+        # both pools having served it.
         lowest = serving()
-        deadline = time.monotonic() + 300
-        with ThreadPoolExecutor(24) as clients:
-            running = [clients.submit(keep_busy) for _ in range(24)]
-            try:
-                while time.monotonic() < deadline:
-                    now = serving()
-                    if pools == {"pool-interactive", "pool-mixed"} and now > lowest:
-                        break
-                    lowest = min(lowest, now)
-                    time.sleep(1)
-            finally:
-                stop.set()
-            for client_done in running:
-                client_done.result()  # a request that failed fails the test
+
+        def scaled_up() -> bool:
+            nonlocal lowest
+            now = serving()
+            if pools == {"pool-interactive", "pool-mixed"} and now > lowest:
+                return True
+            lowest = min(lowest, now)
+            return False
+
+        under_load(send, clients=24, until=scaled_up, timeout_s=300)
         assert pools == {"pool-interactive", "pool-mixed"}
         assert serving() > lowest, f"no scale-up above {lowest} replicas under load: {served.pool_status()}"
 

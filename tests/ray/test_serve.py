@@ -1,6 +1,5 @@
 """The Serve path end to end: real Ray, real HTTP, the real openai client."""
 
-import asyncio
 import json
 import time
 
@@ -10,7 +9,7 @@ import pytest
 
 from core.token_counter import count_tokens
 from tests.factories import BATCH_KEY, INTERACTIVE_KEY, LIMITED_KEY
-from tests.live_app import metric_sum, wait_for
+from tests.live_app import metric_sum, under_load, wait_for
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -157,27 +156,15 @@ def _replicas(served: LocalServe, pool: str) -> int:
 
 
 def test_autoscaling_raises_and_lowers_replicas(served: LocalServe) -> None:
-    client = openai.AsyncOpenAI(base_url=f"{served.base_url}/v1", api_key=INTERACTIVE_KEY, max_retries=0, timeout=120)
+    client = openai.OpenAI(base_url=f"{served.base_url}/v1", api_key=INTERACTIVE_KEY, max_retries=0, timeout=120)
 
-    async def load() -> None:
-        # 24 long-running requests on one replica: 6x its target of 4.
-        await asyncio.gather(
-            *(client.completions.create(model=MODEL, prompt="short prompt", max_tokens=400) for _ in range(24))
-        )
+    def send() -> None:
+        client.completions.create(model=MODEL, prompt="short prompt", max_tokens=400)
 
+    # 24 long-running requests at a time on one replica: 6x its target of 4.
     assert _replicas(served, "pool-short") == 1
-    task_loop = asyncio.new_event_loop()
-    try:
-        future = task_loop.create_task(load())
-        deadline = time.monotonic() + 90
-        peak = 1
-        while not future.done() and time.monotonic() < deadline:
-            task_loop.run_until_complete(asyncio.sleep(1))
-            peak = max(peak, _replicas(served, "pool-short"))
-        task_loop.run_until_complete(future)
-    finally:
-        task_loop.close()
-    assert peak >= 2
+    assert under_load(send, clients=24, until=lambda: _replicas(served, "pool-short") >= 2, timeout_s=300), \
+        f"no second replica under load: {served.pool_status()}"
     wait_for(lambda: _replicas(served, "pool-short") == 1, 90, "scale back down to 1")
 
 
