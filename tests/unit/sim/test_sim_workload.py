@@ -14,6 +14,7 @@ from sim.run import simulate
 from sim.workload import (
     Workload,
     amplify_rate,
+    batch_dump,
     fit_context,
     gamma_arrivals,
     load_trace,
@@ -64,6 +65,19 @@ def test_oracle_is_below_the_static_baseline():
     floor = oracle_energy(w, SimConfig())
     assert floor.infeasible_windows == 0
     assert 0 < floor.energy_j < summary["energy_j"]
+
+
+def test_oracle_paces_a_job_that_lands_at_once():
+    """25,000 batch requests in one minute: no configuration carries that window, yet the
+    floor must count the job's work, which its hour-long TTFT target lets it pace."""
+    interactive = fit_context(window(load_trace("conv"), 0, 600), 8192)
+    with_job = batch_dump(interactive, 25_000, 300.0, np.random.default_rng(0))
+    alone, floor = oracle_energy(interactive, SimConfig()), oracle_energy(with_job, SimConfig())
+    assert floor.infeasible_windows == 0
+    assert floor.batch_pace_s > 60
+    # The job is 2.5x the interactive requests, of the same lengths.
+    assert floor.energy_j > 2 * alone.energy_j
+    assert alone.batch_pace_s == 60  # nothing to pace
 
 
 def test_cli_writes_json_per_policy(tmp_path, capsys):
