@@ -37,6 +37,16 @@ def trace_runs(trace: str, duration_s: float, seed: int) -> Runs:
     return Runs(at(1.0), make_workload=at)
 
 
+def iso_power_best(runs: Runs, design: str, limit_kw: float) -> Outcome | None:
+    """The design's highest rate meeting Table VI's SLOs within `limit_kw` provisioned."""
+    return next((o for o in search_throughput(runs, DESIGNS[design], "power", limit_kw, 64) if o.meets_slo), None)
+
+
+def iso_power_budget_kw(budget_h100: float) -> float:
+    """The power of `budget_h100` DGX-H100 machines as provisioned: what every design gets."""
+    return budget_h100 * MACHINES["H"].provisioned_kw
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="wattwise bench splitwise", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -46,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--designs", default=",".join(ORDER))
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    limit_kw = args.budget_h100 * MACHINES["H"].provisioned_kw
+    limit_kw = iso_power_budget_kw(args.budget_h100)
     designs = args.designs.split(",")
     print(f"iso-power budget: {limit_kw:.1f} kW provisioned ({args.budget_h100:g} DGX-H100); Table VI SLOs; "
           f"{args.duration_s:.0f} s of Poisson arrivals per point")
@@ -58,9 +68,9 @@ def main(argv: list[str] | None = None) -> int:
         best: dict[str, Outcome] = {}
         for name in designs:
             before, started = len(runs.cache), time.perf_counter()
-            found = [o for o in search_throughput(runs, DESIGNS[name], "power", limit_kw, 64) if o.meets_slo]
-            if found:
-                best[name] = found[0]
+            found = iso_power_best(runs, name, limit_kw)
+            if found is not None:
+                best[name] = found
             o = best.get(name)
             own = "base-" + DESIGNS[name].prompt.name
             base_h, base_own = best.get("base-H"), best.get(own)
