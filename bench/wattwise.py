@@ -198,7 +198,7 @@ def table(rows: list[dict[str, Any]], oracle: OracleResult) -> str:
 
 def _verdict(label: str, value: float, target: float, sense: str) -> str:
     met = value <= target if sense == "le" else value >= target
-    return f"  {'met   ' if met else 'MISSED'} {label}: {value:.3g} (target {target:g})"
+    return f"  {'met   ' if met else 'MISSED'} {label}: {value:.4g} (target {target:g})"
 
 
 def paper_headlines(rows: list[dict[str, Any]]) -> list[str]:
@@ -268,7 +268,7 @@ def verdicts(rows: list[dict[str, Any]], oracle_j: float) -> list[str]:
         slo_ok = ours_slo >= r["slo_attainment"]["overall"] - 1e-9
         verdict = "beats" if lower and slo_ok else "does NOT beat"
         out.append(f"  {verdict} {r['policy']}: energy {ours['energy_j'] / r['energy_j']:.2f}x, "
-                   f"SLO {ours_slo * 100:.1f}% vs {r['slo_attainment']['overall'] * 100:.1f}%")
+                   f"SLO {ours_slo * 100:.2f}% vs {r['slo_attainment']['overall'] * 100:.2f}%")
     return out
 
 
