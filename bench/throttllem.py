@@ -37,6 +37,7 @@ from batching.continuous_batcher import BatcherConfig
 from core.classes import LengthClassConfig
 from energy.perf_model import PerfModel
 from sim.config import SimConfig
+from sim.metrics import e2e_deadline_met
 from sim.simulator import PoolSetup, Simulator
 from sim.workload import Workload, amplify_rate, fit_context, load_trace, scale_rate, window
 
@@ -129,14 +130,13 @@ def run(w: Workload, variant: Variant, headrooms: Headrooms, timings: Timings | 
     raw = Simulator(w, policy, [setup], config).run()
     log = raw.log
     done = log.done
-    deadline = log.slo_ttft_s + log.slo_tbt_s * np.maximum(log.output_tokens - 1, 0)
     energy = raw.series.energy_j[-1]
     return {
         "energy_kj": energy / 1e3,
         "tpj": float(log.output_tokens[done].sum()) / energy,
         "p99_e2e_s": float(np.percentile(log.e2e_s[done], 99)),
         "mean_tbt_ms": float(np.nanmean(log.mean_tbt_s[done])) * 1e3,
-        "e2e_met": float(np.mean(done & (log.e2e_s <= deadline))),
+        "e2e_met": float(np.mean(e2e_deadline_met(log))),
         "clock_mhz": float(np.mean(timings.step_clock_mhz)) if timings else float(MAX_CLOCK_MHZ),
         "tp": float(np.mean(raw.series.tp[POOL])),
         "completed": int(done.sum()),

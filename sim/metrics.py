@@ -33,6 +33,14 @@ def slo_met(log: RequestLog) -> np.ndarray:
     return log.done & (log.ttft_s <= log.slo_ttft_s) & (log.mean_tbt_s <= log.slo_tbt_s)
 
 
+def e2e_deadline_met(log: RequestLog) -> np.ndarray:
+    """Completed by its end-to-end deadline, TTFT plus one TBT per further token
+    (`SLO.e2e_for`): throttLL'eM's measure, looser than `slo_met` (a late first token may be
+    made up by faster ones)."""
+    deadline = log.slo_ttft_s + log.slo_tbt_s * np.maximum(log.output_tokens - 1, 0)
+    return log.done & (log.e2e_s <= deadline)
+
+
 def _group(log: RequestLog, mask: np.ndarray, met: np.ndarray) -> dict[str, Any]:
     n = int(mask.sum())
     return {
@@ -83,6 +91,7 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
             **{s: float(met[log.interactive == flag].mean()) for s, flag in (("interactive", True), ("batch", False))
                if (log.interactive == flag).any()},
         },
+        "e2e_deadline_attainment": float(e2e_deadline_met(log).mean()) if len(log) else None,
         "goodput_rps": float(met.sum()) / max(raw.end_s, 1e-9),
         "p50_ttft_s": overall["ttft_s"]["p50"],
         "p99_ttft_s": overall["ttft_s"]["p99"],
