@@ -63,24 +63,26 @@ def oracle_energy(
 ) -> OracleResult:
     """The floor at the cheapest batch pace whose windows some configuration carries (the
     fewest uncarried windows if none)."""
-    paces = [p for p in BATCH_PACES_S if window_s <= p <= batch_span_s] if not w.interactive.all() else []
-    results = [_paced(w, config, window_s, tbt_s, clock_stride, pace) for pace in paces or [window_s]]
-    return min(results, key=lambda r: (r.infeasible_windows, r.energy_j))
-
-
-def _paced(w: Workload, config: SimConfig, window_s: float, tbt_s: float, clock_stride: int,
-           batch_pace_s: float) -> OracleResult:
     perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     clocks = perf.gpu.supported_clocks_mhz()
     clocks = sorted(set(clocks[::clock_stride]) | {perf.gpu.max_clock_mhz})
+    paces = [p for p in BATCH_PACES_S if window_s <= p <= batch_span_s] if not w.interactive.all() else []
+    results = [_paced(w, cap, clocks, config.cluster_gpus, window_s, tbt_s, pace)
+               for pace in paces or [window_s]]
+    return min(results, key=lambda r: (r.infeasible_windows, r.energy_j))
+
+
+def _paced(w: Workload, cap: CapacityModel, clocks: list[int], cluster_gpus: int, window_s: float, tbt_s: float,
+           batch_pace_s: float) -> OracleResult:
+    perf = cap.perf
     energy = gpu_s = 0.0
     infeasible = 0
     for load in window_loads(w, window_s, batch_pace_s):
         best: tuple[float, int] | None = None
         for tp in perf.tensor_parallel_degrees:
             for clock in clocks:
-                n = cap.instances_needed(tp, clock, load, tbt_s, limit=config.cluster_gpus // tp)
+                n = cap.instances_needed(tp, clock, load, tbt_s, limit=cluster_gpus // tp)
                 if n is None:
                     continue
                 power = n * cap.operating(tp, clock, n, load, tbt_s).power_w
