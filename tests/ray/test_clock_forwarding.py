@@ -23,7 +23,8 @@ from deployments.metrics import ReplicaMetrics
 from deployments.replica import LLMReplica, ReplicaIdentity
 from energy.hardware import GPUS
 
-pytestmark = pytest.mark.ray
+# A local Ray (ray.init) binds some of Ray's fixed default ports.
+pytestmark = [pytest.mark.ray, pytest.mark.default_ports]
 RATE_LIMIT_S = 5.0
 DEADLINE_S = 60.0
 LOW_MHZ, HIGH_MHZ = 1190, 1595  # supported H100 clocks: the governor locks them as asked

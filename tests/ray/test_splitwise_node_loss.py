@@ -17,7 +17,8 @@ import pytest
 
 from tests.ray.test_node_loss import LiveCluster, _live, _lose
 
-pytestmark = pytest.mark.ray
+# Ray's cluster_utils nodes and their HAProxy bind the default ports (agent, stats, metrics).
+pytestmark = [pytest.mark.ray, pytest.mark.default_ports]
 
 
 @pytest.fixture(scope="module")
