@@ -39,6 +39,12 @@ class SimConfig(BaseModel):
         "After the last arrival, requests still in flight get this long (s) to finish."))
     provision_window_s: float = Field(default=60.0, gt=0, description=(
         "Window (s) the peak load used to provision static pools is measured over."))
+    provision_slo_target: float = Field(default=0.99, ge=0, le=1, description=(
+        "Share of its requests' SLOs a provisioned pool must meet: from the fluid model's count "
+        "for the peak window up, each pool gets the fewest replicas whose own traffic meets it in "
+        "a simulation at max clock (a baseline that misses SLOs is no yardstick at equal SLO: "
+        "the code trace's bursts broke one TP8 replica's TTFTs 40% of the time). 0: the fluid "
+        "model's count alone."))
     price_per_gpu_hour: float | None = Field(default=None, ge=0, description=(
         "GPU cost (USD per GPU-hour) for the cost results; None: the GPU's list price."))
     squash_after_s: float | None = Field(default=None, gt=0, description=(

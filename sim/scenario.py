@@ -4,12 +4,15 @@ A policy decides replicas, TP and clocks, but the pool layout (one pool for all
 length classes, or pools by input size like the Serve app's default) and the
 peak-sized starting plan are the operator's: this module is that operator. Static
 baselines are sized for the workload's peak with the CapacityModel, as the papers
-provision theirs; policies not listed here get the app's default pools and no
-arguments, so a new policy plugs in by name.
+provision theirs, and then up to the fewest replicas that meet the SLOs on the workload
+(SimConfig.provision_slo_target); policies not listed here get the app's default pools and
+no arguments, so a new policy plugs in by name.
 """
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -31,11 +34,13 @@ from energy.calibration import default_perf_model
 from energy.capacity import CapacityModel, Load
 from energy.profiles import profile_label
 from sim.config import SimConfig
+from sim.metrics import slo_met
 from sim.simulator import PoolSetup, Simulator
 from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
 MAX_TP = 8
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class PolicySpec:
     app_tp: bool  # TP of the app's default pools (else TP8 everywhere)
     pool_plan_args: bool  # the factory takes PoolPlanConfig fields (the provisioned plan)
     picks_tp: bool = False  # the policy moves pools to the TPs its perf model has
+    starts_as_app: bool = False  # its pools start as serve_config.yaml starts them, not provisioned
 
 
 SPECS: dict[str, PolicySpec] = {
@@ -58,7 +64,7 @@ SPECS: dict[str, PolicySpec] = {
     "throttllem": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
     "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
     "splitwise": PolicySpec("by_phase", app_tp=False, pool_plan_args=True),
-    "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False, picks_tp=True),
+    "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False, picks_tp=True, starts_as_app=True),
 }
 # Policies whose request path needs more than the base simulator.
 SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
@@ -109,22 +115,83 @@ def peak_load(w: Workload, mask: np.ndarray, window_s: float) -> Load:
 
 
 def provision(
-    w: Workload, pools: dict[str, tuple[tuple[str, ...], int]], config: SimConfig, lengths: LengthClassConfig
+    w: Workload, pools: dict[str, tuple[tuple[str, ...], int]], config: SimConfig, lengths: LengthClassConfig,
+    meet_slos: bool = True,
 ) -> list[PoolSetup]:
-    """Replicas per pool to carry its peak window at max clock within the TBT target."""
+    """Replicas per pool to carry its peak window at max clock within the TBT target, then
+    (`meet_slos`) the fewest from there whose traffic meets `config.provision_slo_target`."""
     perf = default_perf_model(config.model, config.hardware, config.profile)
     cap = CapacityModel(perf)
     classes = length_classes(w, lengths)
     clock = perf.gpu.max_clock_mhz
     setups = []
     for name, (members, tp) in pools.items():
-        load = peak_load(w, np.isin(classes, members), config.provision_window_s)
+        mask = np.isin(classes, members)
+        load = peak_load(w, mask, config.provision_window_s)
         tbt = min(lengths.slo(c).tbt_s for c in members)
         n = cap.instances_needed(tp, clock, load, tbt)
         if n is None:
             raise ValueError(f"pool {name}: no number of TP{tp} replicas carries its peak load {load}")
-        setups.append(PoolSetup(name, members, tp, clock, max(n, 1)))
+        setup = PoolSetup(name, members, tp, clock, max(n, 1))
+        if meet_slos and config.provision_slo_target > 0 and mask.any():
+            setup = replace(setup, replicas=fewest_replicas_meeting_slos(w.take(mask), setup, config))
+        setups.append(setup)
     return setups
+
+
+_FEWEST: dict[tuple[str, int, float, str], int] = {}
+
+
+def _fingerprint(w: Workload) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for column in (w.arrival_s, w.prompt_tokens, w.output_tokens, w.interactive):
+        digest.update(np.ascontiguousarray(column).tobytes())
+    return digest.hexdigest()
+
+
+def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig) -> bool:
+    """`setup` held at its replicas, TP and clock (no policy moves it) meets the target on `w`,
+    its own traffic (it is the run's one pool, so it takes every class)."""
+    setup = replace(setup, classes=tuple(LengthClassConfig.names()))
+    policy = make_policy("singlepool", replicas={setup.name: setup.replicas},
+                         tensor_parallel={setup.name: setup.tensor_parallel},
+                         clock_mhz={setup.name: int(setup.clock_mhz)},
+                         model=config.model, hardware=config.hardware, profile=config.profile)
+    return float(slo_met(Simulator(w, policy, [setup], config).run().log).mean()) >= config.provision_slo_target
+
+
+def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfig) -> int:
+    """The fewest replicas, from `setup.replicas` up, that meet the SLO target on `w`: meeting
+    it is taken to be monotone in replicas, so doubling steps find a count that meets it and
+    bisection the fewest. At the cluster's size it stops (the run then shows the misses).
+    Cached per traffic, TP and clock: the bench's baselines share layouts."""
+    key = (_fingerprint(w), setup.tensor_parallel, setup.clock_mhz, config.model_dump_json())
+    if key in _FEWEST:
+        return _FEWEST[key]
+    most = max(config.cluster_gpus // setup.tensor_parallel, setup.replicas)
+
+    def meets(n: int) -> bool:
+        return meets_slos(w, replace(setup, replicas=n), config)
+
+    fails, step = setup.replicas, 1
+    if meets(fails):
+        _FEWEST[key] = fails
+        return fails
+    while True:
+        meets_at = min(fails + step, most)
+        if meets(meets_at):
+            break
+        if meets_at == most:
+            log.warning("pool %s: %d TP%d replicas, the cluster's most, meet under %.0f%% of SLOs",
+                        setup.name, most, setup.tensor_parallel, 100 * config.provision_slo_target)
+            _FEWEST[key] = most
+            return most
+        fails, step = meets_at, 2 * step
+    while meets_at - fails > 1:
+        mid = (fails + meets_at) // 2
+        fails, meets_at = (fails, mid) if meets(mid) else (mid, meets_at)
+    _FEWEST[key] = meets_at
+    return meets_at
 
 
 def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> list[PoolSetup]:
@@ -223,7 +290,7 @@ def build(
         if not spec.app_tp:
             pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
         pools = {pool: (members, start_tp(pool, tp, config, spec.picks_tp)) for pool, (members, tp) in pools.items()}
-        setups = provision(w, pools, config, lengths)
+        setups = provision(w, pools, config, lengths, meet_slos=not spec.starts_as_app)
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware,

@@ -1,0 +1,39 @@
+"""The operator's provisioning of static pools: the fluid model's peak count, then the fewest
+replicas that meet the SLO target on the workload itself."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from core.classes import LengthClassConfig
+from sim.config import SimConfig
+from sim.scenario import build, layout, meets_slos, provision, shipped_app
+from sim.workload import Workload, fit_context, load_trace, window
+
+
+@pytest.fixture(scope="module")
+def code_bursts() -> Workload:
+    """The coding trace's first 5 minutes: on/off bursts of long prompts, whose TTFTs the
+    fluid model (a steady rate per peak minute, sized on TBT) does not see."""
+    return fit_context(window(load_trace("code"), 0, 300), 8192)
+
+
+def test_a_pool_the_fluid_model_undersizes_gets_the_fewest_replicas_that_meet_the_slos(code_bursts):
+    fluid = provision(code_bursts, layout("single"), SimConfig(provision_slo_target=0), LengthClassConfig())[0]
+    config = SimConfig()
+    met = provision(code_bursts, layout("single"), config, LengthClassConfig())[0]
+    assert not meets_slos(code_bursts, fluid, config)
+    assert met.replicas > fluid.replicas
+    assert meets_slos(code_bursts, met, config)
+    assert not meets_slos(code_bursts, replace(met, replicas=met.replicas - 1), config)
+
+
+def test_every_baseline_starts_from_the_provisioned_pools_and_the_composite_as_the_app_starts(code_bursts):
+    single, _ = build("singlepool", code_bursts, SimConfig())
+    throttllem, _ = build("throttllem", code_bursts, SimConfig())
+    assert single[0].replicas == throttllem[0].replicas > 1
+    composite, _ = build("wattwise", code_bursts, SimConfig())
+    app = {p.deployment_name: p.autoscaling.initial_replicas for p in shipped_app().pools}
+    assert {s.name: s.replicas for s in composite} == app
