@@ -1,10 +1,9 @@
 """The tiers: tests/unit/ (pure, seconds), tests/ray/ (start a local Ray cluster or a Serve
 app, one at a time within a run), tests/vllm/ (run vLLM; skipped without the [cpu] or [gpu]
 extra). A run collects them in that order, so a pure failure shows first, and marks them:
-`-m ray` / `-m vllm` select a tier, `tests/unit` is the quick loop. Runs may share a machine
-(.ci/run runs the Ray tier as two runs beside the others), except for tests marked machine_wide
-(tests/ray/test_machine_autoscaling.py ends every Ray on the machine) and, with each other,
-those marked default_ports (their Ray binds some of its fixed default ports)."""
+`-m ray` / `-m vllm` select a tier, `tests/unit` is the quick loop. Two runs may share a
+machine (.ci/run runs the Ray tier beside the others), except for tests marked machine_wide
+(tests/ray/test_machine_autoscaling.py ends every Ray on the machine)."""
 
 from __future__ import annotations
 

@@ -23,8 +23,7 @@ from deployments.metrics import ReplicaMetrics
 from deployments.replica import LLMReplica, ReplicaIdentity
 from energy.hardware import GPUS
 
-# A local Ray (ray.init) binds some of Ray's fixed default ports.
-pytestmark = [pytest.mark.ray, pytest.mark.default_ports]
+pytestmark = pytest.mark.ray
 RATE_LIMIT_S = 5.0
 DEADLINE_S = 60.0
 LOW_MHZ, HIGH_MHZ = 1190, 1595  # supported H100 clocks: the governor locks them as asked

@@ -40,8 +40,7 @@ from tests.live_app import wait_for
 from wattwise.ingress_mode import DEFAULT_INGRESS
 from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, haproxy_pids, stop_haproxy
 
-# Ray's cluster_utils nodes and their HAProxy bind the default ports (agent, stats, metrics).
-pytestmark = [pytest.mark.ray, pytest.mark.default_ports]
+pytestmark = pytest.mark.ray
 
 MODEL = "llama2-70b-sim"
 APP = "wattwise"

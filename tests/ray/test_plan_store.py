@@ -13,9 +13,6 @@ from ray.exceptions import ActorDiedError
 from core.plan import ClusterPlan
 from deployments.serve_adapter import ControllerMetrics
 
-# A local Ray (ray.init) binds some of Ray's fixed default ports.
-pytestmark = pytest.mark.default_ports
-
 
 @pytest.mark.ray
 def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:

@@ -17,8 +17,7 @@ import pytest
 
 from tests.ray.test_node_loss import LiveCluster, _live, _lose
 
-# Ray's cluster_utils nodes and their HAProxy bind the default ports (agent, stats, metrics).
-pytestmark = [pytest.mark.ray, pytest.mark.default_ports]
+pytestmark = pytest.mark.ray
 
 
 @pytest.fixture(scope="module")

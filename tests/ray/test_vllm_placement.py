@@ -4,11 +4,6 @@ tests/unit/deployments/test_vllm_placement.py."""
 
 from __future__ import annotations
 
-import pytest
-
-# A local Ray (ray.init) binds some of Ray's fixed default ports.
-pytestmark = pytest.mark.default_ports
-
 
 def test_a_tp_replica_finds_its_workers_gpus_in_its_placement_group() -> None:
     """A TP replica sits in the CPU bundle and sees no GPU; its clock and energy control
