@@ -18,7 +18,9 @@ of a prompt admission refused were chosen on the conversation trace's first half
 `bursty_lookback_s`) on the first halves of both traces: "conv-heldout", "code-heldout" and
 "diurnal" are data it was not tuned on ("code" is half tuning data; the rule that keeps a pool
 bursty, `484bc03`, was read from code's second half, so "code-shuffled" is its held-out test). Every policy
-runs the same simulator, perf model and ingress predictor error. Per workload: energy,
+runs the same simulator, perf model and ingress predictor error; static pools (and every
+other policy's starting plan) get the fewest replicas that meet 99% of SLOs on the workload
+(sim.scenario.provision). Per workload: energy,
 J per generated token (fleet energy, idle included, over output tokens), GPU-hours,
 SLO attainment overall / worst length class / per service class, p99 TTFT and mean
 TBT, energy over the oracle floor; then the composite's targets, met or missed and by

@@ -20,9 +20,10 @@ from energy.capacity import CapacityModel, Load
 
 
 def profiled_max_load_rps(config: ThrottllemScalingConfig) -> dict[int, float]:
-    """Highest rate one engine of each TP carries at max clock within the TBT target."""
+    """Highest rate one engine of each TP carries at max clock within the TBT target and the
+    KV its admission leaves."""
     perf = default_perf_model(config.model, config.hardware, config.profile)
-    cap = CapacityModel(perf)
+    cap = CapacityModel(perf, max_kv_utilisation=config.kv_headroom)
     clock = perf.gpu.max_clock_mhz
     tbt_s = config.tbt_s * config.load_headroom
     out = {}

@@ -80,3 +80,8 @@ class ThrottllemScalingConfig(BaseModel):
         "Mean output of the request shape (tokens); Azure conversation trace 2023: 211."))
     tbt_s: float = Field(default=0.1, gt=0, description="TBT target (s) the max loads per TP keep.")
     load_headroom: float = Field(default=0.8, gt=0, le=1, description="Share of tbt_s the max loads per TP plan for.")
+    kv_headroom: float = Field(default=0.8, gt=0, le=1, description=(
+        "Share of an engine's KV the steady batch at its max load may fill: the admission reserves "
+        "each request's projected peak, so an engine loaded to its last KV block turns prompts "
+        "away at the door (the TP2 engine's 50k tokens hold conv's steady batch at 4.8 requests/s "
+        "only to the block). The DynamoLLM planner's kv_headroom, the same default."))
