@@ -134,12 +134,12 @@ def provision(
             raise ValueError(f"pool {name}: no number of TP{tp} replicas carries its peak load {load}")
         setup = PoolSetup(name, members, tp, clock, max(n, 1))
         if meet_slos and config.provision_slo_target > 0 and mask.any():
-            setup = replace(setup, replicas=fewest_replicas_meeting_slos(w.take(mask), setup, config))
+            setup = replace(setup, replicas=fewest_replicas_meeting_slos(w.take(mask), setup, config, lengths))
         setups.append(setup)
     return setups
 
 
-_FEWEST: dict[tuple[str, int, float, str], int] = {}
+_FEWEST: dict[tuple[str, int, float, str, str], int] = {}
 
 
 def _fingerprint(w: Workload) -> str:
@@ -149,7 +149,8 @@ def _fingerprint(w: Workload) -> str:
     return digest.hexdigest()
 
 
-def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig) -> bool:
+def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig,
+               lengths: LengthClassConfig = LengthClassConfig()) -> bool:
     """`setup` held at its replicas, TP and clock (no policy moves it) meets the target on `w`,
     its own traffic (it is the run's one pool, so it takes every class)."""
     setup = replace(setup, classes=tuple(LengthClassConfig.names()))
@@ -157,21 +158,23 @@ def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig) -> bool:
                          tensor_parallel={setup.name: setup.tensor_parallel},
                          clock_mhz={setup.name: int(setup.clock_mhz)},
                          model=config.model, hardware=config.hardware, profile=config.profile)
-    return float(slo_met(Simulator(w, policy, [setup], config).run().log).mean()) >= config.provision_slo_target
+    requests = Simulator(w, policy, [setup], config, lengths).run().log
+    return float(slo_met(requests).mean()) >= config.provision_slo_target
 
 
-def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfig) -> int:
+def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfig,
+                                 lengths: LengthClassConfig = LengthClassConfig()) -> int:
     """The fewest replicas, from `setup.replicas` up, that meet the SLO target on `w`: meeting
     it is taken to be monotone in replicas, so doubling steps find a count that meets it and
     bisection the fewest. At the cluster's size it stops (the run then shows the misses).
     Cached per traffic, TP and clock: the bench's baselines share layouts."""
-    key = (_fingerprint(w), setup.tensor_parallel, setup.clock_mhz, config.model_dump_json())
+    key = (_fingerprint(w), setup.tensor_parallel, setup.clock_mhz, config.model_dump_json(), lengths.model_dump_json())
     if key in _FEWEST:
         return _FEWEST[key]
     most = max(config.cluster_gpus // setup.tensor_parallel, setup.replicas)
 
     def meets(n: int) -> bool:
-        return meets_slos(w, replace(setup, replicas=n), config)
+        return meets_slos(w, replace(setup, replicas=n), config, lengths)
 
     fails, step = setup.replicas, 1
     if meets(fails):
