@@ -33,6 +33,7 @@ class RequestLog:
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.slo_ttft_s = np.full(n, np.nan)
         self.slo_tbt_s = np.full(n, np.nan)
+        self.slo_e2e_s = np.full(n, np.nan)  # its SLO's E2E deadline for the tokens it generated
         self.length_class = np.zeros(n, dtype=np.int8)
         self.interactive = np.zeros(n, dtype=bool)
         self.pool = np.zeros(n, dtype=np.int16)
@@ -53,6 +54,7 @@ class RequestLog:
         self.mean_tbt_s[i] = (last - first) / (seq.generated - 1) if seq.generated > 1 else 0.0
         self.energy_j[i] = seq.energy_j
         self.output_tokens[i] = seq.generated
+        self.slo_e2e_s[i] = seq.request.slo.e2e_for(seq.generated)
         self.preemptions[i] = seq.preemptions
 
 

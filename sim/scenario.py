@@ -15,6 +15,7 @@ import hashlib
 import logging
 from dataclasses import dataclass, replace
 from functools import partial
+from typing import Any
 
 import numpy as np
 import yaml
@@ -139,6 +140,14 @@ def provision(
     return setups
 
 
+def provisioned_plan(setups: list[PoolSetup], config: SimConfig) -> dict[str, Any]:
+    """The PoolPlanConfig fields that hold `setups` as provisioned (a static policy's plan)."""
+    return dict(replicas={s.name: s.replicas for s in setups},
+                tensor_parallel={s.name: s.tensor_parallel for s in setups},
+                clock_mhz={s.name: int(s.clock_mhz) for s in setups},
+                model=config.model, hardware=config.hardware, profile=config.profile)
+
+
 _FEWEST: dict[tuple[str, int, float, str, str], int] = {}
 
 
@@ -154,10 +163,7 @@ def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig,
     """`setup` held at its replicas, TP and clock (no policy moves it) meets the target on `w`,
     its own traffic (it is the run's one pool, so it takes every class)."""
     setup = replace(setup, classes=tuple(LengthClassConfig.names()))
-    policy = make_policy("singlepool", replicas={setup.name: setup.replicas},
-                         tensor_parallel={setup.name: setup.tensor_parallel},
-                         clock_mhz={setup.name: int(setup.clock_mhz)},
-                         model=config.model, hardware=config.hardware, profile=config.profile)
+    policy = make_policy("singlepool", **provisioned_plan([setup], config))
     requests = Simulator(w, policy, [setup], config, lengths).run().log
     return float(slo_met(requests).mean()) >= config.provision_slo_target
 
@@ -318,12 +324,7 @@ def build(
         return setups, make_policy(name, model=config.model, hardware=config.hardware, profile=config.profile)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
-    kwargs: dict = dict(
-        replicas={s.name: s.replicas for s in setups},
-        tensor_parallel={s.name: s.tensor_parallel for s in setups},
-        clock_mhz={s.name: int(s.clock_mhz) for s in setups},
-        model=config.model, hardware=config.hardware, profile=config.profile,
-    )
+    kwargs = provisioned_plan(setups, config)
     if name in ("scalefreq", "scaleshard"):
         kwargs["ttft_s"] = {s.name: min(lengths.slo(c).ttft_s for c in s.classes) for s in setups}
     return setups, make_policy(name, **kwargs)

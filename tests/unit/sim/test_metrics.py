@@ -2,6 +2,7 @@
 
 import numpy as np
 
+from core.slo import SLO
 from sim.metrics import e2e_deadline_met, slo_met
 from sim.records import RequestLog
 
@@ -11,7 +12,9 @@ def _log() -> RequestLog:
     log = RequestLog(3)
     log.done[:] = [True, True, False]
     log.output_tokens[:] = 11
-    log.slo_ttft_s[:], log.slo_tbt_s[:] = 1.0, 0.1
+    slo = SLO(ttft_s=1.0, tbt_s=0.1)
+    log.slo_ttft_s[:], log.slo_tbt_s[:] = slo.ttft_s, slo.tbt_s
+    log.slo_e2e_s[:] = slo.e2e_for(11)  # as RequestLog.finish records it
     log.ttft_s[:] = [1.5, 0.5, np.nan]  # the first is late, then makes it up
     log.mean_tbt_s[:] = [0.04, 0.2, np.nan]
     log.e2e_s[:] = log.ttft_s + 10 * log.mean_tbt_s
