@@ -3,7 +3,7 @@
 | decision | owner | where it runs |
 | --- | --- | --- |
 | replicas, TP and clock band of each length-class pool | DynamoLLM (PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power, plus `held_gpu_w` (200 W) per GPU held in a steady pool, meeting the SLOs; the band's floor is the planned clock, or the GPU's lowest for a steady pool without a batch backlog whose replicas pick each step's clock) | this policy, every `plan_interval_s`; TP only on pool epochs, when the saving pays the restart |
-| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the cheapest partition (the same power plus GPUs' worth) of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
+| which pools serve (routing weights): at low load a pool folds into one serving longer inputs | DynamoLLM (PoolFolding: the cheapest partition (the same power plus GPUs' worth) of the pools into neighbours; a short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half a step where the replicas prefill by TTFT deadline; not while a pool warms up; a bursty pool does not newly fold (the profile's steady state does not see its bursts); a class moves only once its new pool serves its planned shape, RouteHandover) | this policy, on pool epochs, when the saving pays the restart |
 | which pool serves an interactive request while its own is backed up (a burst beyond the plan) | overflow between pools (app.pool_overflow: Splitwise's join-the-shortest-queue at the pool level; a replica with over `backed_up_tokens` (16,000) prompt tokens to prefill refuses a request that has another serving pool to try, one with under half of that takes it) | per request: the ingress (through the replicas' refusals) and the simulator's router |
 | how much capacity batch work gets | Chiron (batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's request groups raises it to the rate at which no group misses its deadline) | this policy, inside the planner's load |
 | how many batch requests the global queue has out on the pools | Chiron (Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight) | this policy (`batch_in_flight`); the Batch API queue and the simulator's follow it |
@@ -220,7 +220,9 @@ class WattwisePolicy:
         if self._folding is not None and len(planned) == len(self._order):
             # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
             settled = not any(self.planner.warming_up(name, now_s) for name in planned)
-            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s), epoch and settled)
+            in_force = self._folding.groups
+            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, in_force),
+                                          epoch and settled)
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
@@ -301,18 +303,27 @@ class WattwisePolicy:
         return any(s.batch_waiting > 0 for s in dep.replica_stats)
 
     def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
-                     now_s: float) -> PoolShape | None:
+                     now_s: float, in_force: tuple[PoolGroup, ...]) -> PoolShape | None:
         """The cheapest shape that carries the group's planned load on its host; None if a
         pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep them
-        running, so folding would save nothing), or if the host's replicas run off the profile
+        running, so folding would save nothing), if the host's replicas run off the profile
         (their speed, measured at their TP and on their classes, says little of the TP and
-        classes a fold would give them)."""
+        classes a fold would give them), or if the group is not in force yet and one of its
+        pools is bursty: the profile's steady state prices the fold, and a burst of prompts
+        (the coding trace's, 20 req/s for 5 s) landing on the host's fewer replicas waits
+        behind their prefills (a fold from five TP2 replicas to two met 82% of a burst's
+        TTFTs in the burst's minute). A fold in force is not undone for it: a folded short
+        pool's few conversation requests read as bursty, and unfolding them cost 7% more
+        energy for no SLO."""
         for member in group.members[:-1]:
             if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
                 return None
         dep = view.deployments.get(group.host)
         dilation = self._dilation(group.host, dep)
         if len(group.members) > 1 and dilation is not AS_PROFILED:
+            return None
+        if (len(group.members) > 1 and group not in in_force
+                and any(self.planner.is_bursty(m, now_s) for m in group.members)):
             return None
         return self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
                                      dep.max_replicas if dep else None,

@@ -589,3 +589,39 @@ def test_both_runtimes_chunk_prefill_to_the_tightest_tbt_target_in_ttft_deadline
     baseline, _ = build("singlepool", window(load_trace("conv"), 0, 10), SimConfig())
     assert {s.step_time_target_s for s in baseline} == {None}  # a stock engine's fixed budget
     assert {s.prefill_by_ttft_deadline for s in baseline} == {False}  # and its arrival order
+
+
+def test_a_bursty_pool_does_not_newly_fold_and_a_fold_in_force_stays(profile) -> None:
+    """The profile's steady state prices a fold; a burst of short prompts landing on the
+    host's fewer replicas waits behind their long prefills (on the coding trace, a fold from
+    five TP2 replicas to two met 82% of TTFTs in the burst's minute). So a fold that joins a
+    bursty pool is not made; one in force is not undone when a folded pool turns bursty."""
+    config = WattwiseConfig(pools=POOLS)
+    until_s = config.planner.first_epoch_s + config.pool_epoch_s + config.plan_interval_s + 1.0
+
+    def run(policy: WattwisePolicy, ss_at, end_s: float, plan: ClusterPlan | None = None) -> ClusterPlan:
+        t = 0.0 if plan is None else policy._next_plan_s
+        while t <= end_s:
+            plan = policy.observe(_serving_view({"SS": ss_at(t), "MM": 0.2, "LM": 0.2}, plan), t)
+            t += config.plan_interval_s
+        assert plan is not None
+        return plan
+
+    def bursts(t: float) -> float:  # 20 s of 1 req/s every 120 s, from the warm-up's end
+        return 1.0 if t >= config.planner.warmup_s and t % 120.0 < 20.0 else 0.05
+
+    bursty = WattwisePolicy(config, profile=profile)
+    kept = run(bursty, bursts, until_s)
+    assert bursty.planner.is_bursty("pool-short", until_s)
+    assert kept.replicas["pool-short"] >= 1 and kept.routing_weights["SS"] == {"pool-short": 1.0}
+    # The same arrivals read as steady (no CV crosses `bursty_cv`) fold the short pool.
+    steady_config = config.model_copy(update={"planner": config.planner.model_copy(update={"bursty_cv": 1e9})})
+    steady = WattwisePolicy(steady_config, profile=profile)
+    assert run(steady, bursts, until_s).replicas["pool-short"] == 0
+    # Folded at steady load, the short pool stays folded through the next epoch once it bursts.
+    folded = WattwisePolicy(config, profile=profile)
+    plan = run(folded, lambda t: 0.5, until_s)
+    assert plan.replicas["pool-short"] == 0
+    later = run(folded, lambda t: 3.0 if t % 120.0 < 20.0 else 0.0, until_s + config.pool_epoch_s, plan)
+    assert folded.planner.is_bursty("pool-short", until_s + config.pool_epoch_s)
+    assert later.replicas["pool-short"] == 0 and later.routing_weights["SS"] != {"pool-short": 1.0}
