@@ -489,22 +489,21 @@ class ContinuousBatcher:
         self._enqueue(victim, front=True)
         return victim
 
-    def _make_room_for(self, seq: Sequence, now_s: float) -> bool:
-        """Make room for an interactive request by preempting the newest batch one
-        (or the sequence the preemption policy picks)."""
+    def _make_room_for(self, seq: Sequence, now_s: float) -> Sequence | None:
+        """Make room for an interactive request by preempting the newest batch one (or the
+        sequence the preemption policy picks); the victim, or None. Asked whenever the request
+        cannot join: the batch limit, the KV, or the admission chain (throttLL'eM's projection
+        refuses an interactive prompt while batch work fills the KV; before, it waited for
+        batch requests to finish, 2-3 s of TTFT on the batch mix)."""
         if self.preemption is not None:
             index = self.preemption.victim(seq, self, now_s)
-            if index is None:
-                return False
-            self._preempt(index)
-            return True
+            return None if index is None else self._preempt(index)
         if not self.config.interactive_first or self._is_batch(seq):
-            return False
+            return None
         for index in range(len(self.running) - 1, -1, -1):
             if self._is_batch(self.running[index]):
-                self._preempt(index)
-                return True
-        return False
+                return self._preempt(index)
+        return None
 
     # ---- time and energy -----------------------------------------------------
     def _account_idle(self, now_s: float) -> None:
@@ -562,17 +561,36 @@ class ContinuousBatcher:
         ahead, behind = self._around_queue(deferred)
         budget = self._prefill_running(ahead, chunks, budget)
         # Admit waiting sequences in queue order while the batch limit, budget and KV allow.
+        def room_for(seq: Sequence) -> bool:
+            """Preempt for `seq`; a victim already in this step's work leaves it."""
+            nonlocal budget, decode_context
+            victim = self._make_room_for(seq, now_s)
+            if victim is None:
+                return False
+            if victim in decodes:
+                decodes.remove(victim)
+                decode_context -= victim.context_tokens
+                budget += 1
+            for i, (s, n) in enumerate(chunks):
+                if s is victim:
+                    del chunks[i]
+                    budget += n
+                    break
+            return True
+
         while self.waiting and budget > 0:
             seq = self.waiting[0]
             if len(self.running) >= self.batch_limit:
-                if self._make_room_for(seq, now_s):
+                if room_for(seq):
                     continue
                 break
             if self.admission is not None and not self.admission.admit(seq, self, now_s):
+                if room_for(seq):
+                    continue
                 break
             if not seq.in_prefill:  # resumed with its KV: decodes in this very step
                 if not self._grow(seq, seq.context_tokens + 1):
-                    if self._make_room_for(seq, now_s):
+                    if room_for(seq):
                         continue
                     break
                 self.waiting.popleft()
@@ -584,7 +602,7 @@ class ContinuousBatcher:
             n = min(seq.prefill_target, budget)
             target_tokens = n + (1 if n == seq.prefill_target else 0)
             if not self._grow(seq, target_tokens):
-                if self._make_room_for(seq, now_s):
+                if room_for(seq):
                     continue
                 break
             self.waiting.popleft()

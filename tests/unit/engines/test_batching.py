@@ -110,11 +110,43 @@ def test_interactive_preempts_batch_on_mixed_replicas_without_losing_tokens() ->
     b.add(_svc(0, "interactive"), t)
     step = b.plan_step(t)
     assert [s.request_id for s, _ in step.prefill_chunks] == ["interactive0"]
+    assert [s.request_id for s in step.decodes] == ["batch0"]  # the victim left the step it was planned in
     assert b.preemptions == 1 and [s.request_id for s in b.waiting] == ["batch1"]
     b.finish_step(step)
     _drain(b, step.end_s)
     assert b.completed == 3  # the preempted request resumed and finished; none was lost
     assert b.by_id == {} and b.kv_blocks_used == 0
+
+
+def test_a_prompt_the_admission_chain_refuses_preempts_batch_work_on_mixed_replicas() -> None:
+    """throttLL'eM's admission refuses an interactive prompt while batch work holds what it
+    projects (here: room for two requests); interactive before batch (Chiron) then preempts
+    batch requests until it admits, in the same step. The victim, planned to emit its last
+    token in that step, leaves the step's work: it resumes later, and no token is lost or
+    repeated. Without interactive_first the prompt waits for the batch to drain."""
+    class RoomForTwo:
+        def admit(self, seq, batcher, now_s):
+            return len(batcher.running) < 2
+
+    for interactive_first in (True, False):
+        config = BatcherConfig(tensor_parallel=8, interactive_first=interactive_first)
+        b = ContinuousBatcher(default_perf_model(), config, RoomForTwo())
+        b.add(_svc(0, "batch", out=2), 0.0)
+        b.add(_svc(1, "batch", out=2), 0.0)
+        first = b.finish_step(b.plan_step(0.0))  # both prefilled, one token each
+        b.add(_svc(0, "interactive"), first.end_s)
+        step = b.plan_step(first.end_s)
+        if interactive_first:
+            assert [s.request_id for s, _ in step.prefill_chunks] == ["interactive0"]
+            assert [s.request_id for s in step.decodes] == ["batch0"] and b.preemptions == 1
+        else:
+            assert step.prefill_chunks == [] and b.preemptions == 0
+        second = b.finish_step(step)
+        _, emitted, _ = _drain(b, second.end_s)
+        for seq in first.emitted + second.emitted:
+            emitted[seq.request_id] = emitted.get(seq.request_id, 0) + 1
+        assert emitted == {"batch0": 2, "batch1": 2, "interactive0": 50}
+        assert b.completed == 3 and b.by_id == {} and b.kv_blocks_used == 0
 
 
 def test_interactive_jumps_the_batch_queue_only_when_enabled() -> None:
