@@ -11,6 +11,9 @@ An `admits` rule (the batcher's admission chain: throttLL'eM's SLO projection) i
 about the head waiter whenever a place is free; a refusal holds everyone behind it, as
 in the batcher. It is asked again when a request leaves and at `retry()`, which the
 engine calls after each of its steps, since a projection changes as requests progress.
+A refusal of an urgent waiter calls `on_urgent_refused` (the engine preempts a batch request
+for it, as the batcher does: batch work holding what the projection needs would otherwise
+keep an interactive prompt waiting until it finished).
 """
 
 from __future__ import annotations
@@ -25,10 +28,12 @@ Waiter = tuple[asyncio.Future, Any]
 
 
 class AdmissionGate:
-    def __init__(self, limit: int, admits: Callable[[Any], bool] | None = None) -> None:
+    def __init__(self, limit: int, admits: Callable[[Any], bool] | None = None,
+                 on_urgent_refused: Callable[[], None] | None = None) -> None:
         self.limit = max(int(limit), 1)
         self.active = 0
         self.admits = admits
+        self.on_urgent_refused = on_urgent_refused
         self.refused = 0  # times the rule held the head waiter back
         self._urgent: deque[Waiter] = deque()
         self._waiters: deque[Waiter] = deque()
@@ -69,10 +74,16 @@ class AdmissionGate:
                 queue.popleft()
                 continue
             if not self._passes(candidate):
+                if queue is self._urgent:
+                    self._urgent_refused()
                 return
             queue.popleft()
             self.active += 1
             waiter.set_result(None)
+
+    def _urgent_refused(self) -> None:
+        if self.on_urgent_refused is not None:
+            self.on_urgent_refused()
 
     @asynccontextmanager
     async def slot(self, urgent: bool = False, requeue: bool = False, candidate: Any = None) -> AsyncIterator[None]:
@@ -81,15 +92,18 @@ class AdmissionGate:
         `urgent` waits ahead of all non-urgent waiters; `requeue` (non-urgent only) waits
         first among them. Both stay FCFS within their group. `candidate` is what the
         `admits` rule is asked about."""
-        if not self.would_wait and self._passes(candidate):
+        queue = self._urgent if urgent else self._waiters
+        first = self.active < self.limit and not (queue or self._urgent)  # nobody it must wait behind
+        if first and self._passes(candidate):
             self.active += 1
         else:
             entry = (asyncio.get_running_loop().create_future(), candidate)
-            queue = self._urgent if urgent else self._waiters
             if requeue and not urgent:
                 queue.appendleft(entry)
             else:
                 queue.append(entry)
+            if first and urgent:  # the rule refused it
+                self._urgent_refused()
             try:
                 await entry[0]
             except asyncio.CancelledError:

@@ -137,6 +137,8 @@ class VllmEngine:
         self.admission = self._admission_chain()
         if self.admission is not None:
             self.gate.admits = self._admits
+            if config.interactive_first:
+                self.gate.on_urgent_refused = lambda: self._preempt_for_waiter(queued=True)
             self.tracker.step_observers.append(lambda _step: self.gate.retry())
         self.step_speed = self._step_speed()
         if self.step_speed is not None:
@@ -283,10 +285,11 @@ class VllmEngine:
             self.running_batch.leave(rid)
             self._preempting.discard(rid)
 
-    def _preempt_for_waiter(self) -> None:
+    def _preempt_for_waiter(self, queued: bool = False) -> None:
         """Preempt the newest admitted batch request, unless the slots already being
-        freed by preemptions cover every interactive waiter (this one included)."""
-        if self.gate.urgent_waiting + 1 <= len(self._preempting):
+        freed by preemptions cover every interactive waiter (this one included, or
+        `queued` among them: the gate's admission rule refused it)."""
+        if self.gate.urgent_waiting + (0 if queued else 1) <= len(self._preempting):
             return
         victims = [s.request_id for s in self.running_batch.running
                    if s.request.service_class == "batch" and s.request_id not in self._preempting]

@@ -106,3 +106,36 @@ def test_a_refusing_rule_holds_the_head_and_everyone_behind_until_retried() -> N
     first, second, order, refused = asyncio.run(run())
     assert first == ["a"] and second == ["a", "b"] and order == ["a", "b", "c"]
     assert refused >= 2 and gate.active == 0 and gate.waiting == 0
+
+
+def test_an_urgent_waiter_the_rule_refuses_asks_for_room_and_a_plain_one_does_not() -> None:
+    """On a mixed replica the engine preempts a batch request for an interactive one the
+    admission rule refuses (`on_urgent_refused`), as the batcher does; a batch waiter the
+    rule refuses just waits. Asked when the refusal queues it and at each retry it stays
+    refused, until the rule admits it."""
+    allowed: set[str] = set()
+    asked: list[int] = []
+    gate = AdmissionGate(4, admits=lambda name: name in allowed, on_urgent_refused=lambda: asked.append(gate.waiting))
+
+    async def run() -> tuple[list[str], list[int], list[str], list[int]]:
+        order: list[str] = []
+        release = asyncio.Event()
+        release.set()
+        batch = asyncio.ensure_future(_enter(gate, "b", order, release, candidate="b"))
+        await _settle()
+        after_batch = list(asked)
+        urgent = asyncio.ensure_future(_enter(gate, "i", order, release, urgent=True, candidate="i"))
+        await _settle()
+        gate.retry()  # the batch waiter "b" is at the head of its queue, "i" ahead of it
+        await _settle()
+        refused_twice = list(asked)
+        allowed.update({"i", "b"})
+        gate.retry()
+        await asyncio.gather(batch, urgent)
+        return after_batch, refused_twice, order, asked
+
+    after_batch, refused_twice, order, asked_all = asyncio.run(run())
+    assert after_batch == []  # a batch request refused asks for nothing
+    assert refused_twice == [2, 2]  # queued, then refused again at the retry
+    assert order == ["i", "b"] and asked_all == [2, 2]
+    assert gate.active == 0 and gate.waiting == 0
