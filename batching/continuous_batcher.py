@@ -489,13 +489,15 @@ class ContinuousBatcher:
         self._enqueue(victim, front=True)
         return victim
 
-    def _make_room_for(self, seq: Sequence, now_s: float) -> Sequence | None:
+    def _make_room_for(self, seq: Sequence, now_s: float, refused: bool = False) -> Sequence | None:
         """Make room for an interactive request by preempting the newest batch one (or the
-        sequence the preemption policy picks); the victim, or None. Asked whenever the request
-        cannot join: the batch limit, the KV, or the admission chain (throttLL'eM's projection
-        refuses an interactive prompt while batch work fills the KV; before, it waited for
-        batch requests to finish, 2-3 s of TTFT on the batch mix)."""
-        if self.preemption is not None:
+        sequence the preemption policy picks); the victim, or None. Asked when the batch limit
+        or the KV keeps the request out, and when the admission chain `refused` it: then only
+        batch work yields (interactive_first; throttLL'eM's projection refused interactive
+        prompts while batch work filled the KV, and they waited 2-3 s for it to finish on the
+        batch mix). A preemption policy's victims answer the limit and the KV only (Splitwise's
+        token homes refuse prompts near a full KV so as not to preempt their decodes)."""
+        if self.preemption is not None and not refused:
             index = self.preemption.victim(seq, self, now_s)
             return None if index is None else self._preempt(index)
         if not self.config.interactive_first or self._is_batch(seq):
@@ -561,10 +563,10 @@ class ContinuousBatcher:
         ahead, behind = self._around_queue(deferred)
         budget = self._prefill_running(ahead, chunks, budget)
         # Admit waiting sequences in queue order while the batch limit, budget and KV allow.
-        def room_for(seq: Sequence) -> bool:
+        def room_for(seq: Sequence, refused: bool = False) -> bool:
             """Preempt for `seq`; a victim already in this step's work leaves it."""
             nonlocal budget, decode_context
-            victim = self._make_room_for(seq, now_s)
+            victim = self._make_room_for(seq, now_s, refused)
             if victim is None:
                 return False
             if victim in decodes:
@@ -585,7 +587,7 @@ class ContinuousBatcher:
                     continue
                 break
             if self.admission is not None and not self.admission.admit(seq, self, now_s):
-                if room_for(seq):
+                if room_for(seq, refused=True):
                     continue
                 break
             if not seq.in_prefill:  # resumed with its KV: decodes in this very step

@@ -149,6 +149,29 @@ def test_a_prompt_the_admission_chain_refuses_preempts_batch_work_on_mixed_repli
         assert b.completed == 3 and b.by_id == {} and b.kv_blocks_used == 0
 
 
+def test_a_preemption_policy_answers_the_kv_and_the_limit_not_an_admission_refusal() -> None:
+    """Splitwise's token homes refuse prompts near a full KV (their admission) so as not to
+    preempt their decodes: their preemption policy (aging) is not asked about a refusal."""
+    class Refuse:
+        def admit(self, seq, batcher, now_s):
+            return not batcher.running
+
+    class AnyVictim:
+        asked = 0
+
+        def victim(self, seq, batcher, now_s):
+            self.asked += 1
+            return 0 if self.asked == 1 else None
+
+    preemption = AnyVictim()
+    b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8), Refuse(), preemption=preemption)
+    b.add(_req(0), 0.0)
+    t = b.finish_step(b.plan_step(0.0)).end_s
+    b.add(_req(1), t)
+    step = b.plan_step(t)
+    assert step.prefill_chunks == [] and preemption.asked == 0 and b.preemptions == 0
+
+
 def test_interactive_jumps_the_batch_queue_only_when_enabled() -> None:
     for interactive_first, expected in ((True, ["interactive0", "batch0"]), (False, ["batch0", "interactive0"])):
         b = ContinuousBatcher(default_perf_model(), BatcherConfig(interactive_first=interactive_first))
