@@ -220,9 +220,15 @@ class WattwisePolicy:
         if self._folding is not None and len(planned) == len(self._order):
             # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
             settled = not any(self.planner.warming_up(name, now_s) for name in planned)
-            in_force = self._folding.groups
-            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, in_force),
-                                          epoch and settled)
+            # A bursty pool does not newly fold: the profile's steady state prices the fold, and a
+            # burst of prompts (the coding trace's, 20 req/s for 5 s) landing on the host's fewer
+            # replicas waits behind their prefills (a fold from five TP2 replicas to two met 82%
+            # of TTFTs in the burst's minute). A fold in force is not undone for it: a folded
+            # short pool's few conversation requests read as bursty, and unfolding them cost 7%
+            # more energy for no SLO.
+            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s), epoch and settled,
+                                          may_form=lambda g: not any(self.planner.is_bursty(m, now_s)
+                                                                     for m in g.members))
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
@@ -303,27 +309,18 @@ class WattwisePolicy:
         return any(s.batch_waiting > 0 for s in dep.replica_stats)
 
     def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
-                     now_s: float, in_force: tuple[PoolGroup, ...]) -> PoolShape | None:
+                     now_s: float) -> PoolShape | None:
         """The cheapest shape that carries the group's planned load on its host; None if a
         pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep them
-        running, so folding would save nothing), if the host's replicas run off the profile
+        running, so folding would save nothing), or if the host's replicas run off the profile
         (their speed, measured at their TP and on their classes, says little of the TP and
-        classes a fold would give them), or if the group is not in force yet and one of its
-        pools is bursty: the profile's steady state prices the fold, and a burst of prompts
-        (the coding trace's, 20 req/s for 5 s) landing on the host's fewer replicas waits
-        behind their prefills (a fold from five TP2 replicas to two met 82% of a burst's
-        TTFTs in the burst's minute). A fold in force is not undone for it: a folded short
-        pool's few conversation requests read as bursty, and unfolding them cost 7% more
-        energy for no SLO."""
+        classes a fold would give them)."""
         for member in group.members[:-1]:
             if (folded := view.deployments.get(member)) is None or folded.min_replicas > 0:
                 return None
         dep = view.deployments.get(group.host)
         dilation = self._dilation(group.host, dep)
         if len(group.members) > 1 and dilation is not AS_PROFILED:
-            return None
-        if (len(group.members) > 1 and group not in in_force
-                and any(self.planner.is_bursty(m, now_s) for m in group.members)):
             return None
         return self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
                                      dep.max_replicas if dep else None,

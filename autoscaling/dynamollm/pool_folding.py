@@ -56,9 +56,11 @@ class PoolFolding:
         self.pool_epoch_s = pool_epoch_s
         self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
 
-    def choose(self, shape_of: Callable[[PoolGroup], PoolShape | None], epoch: bool) -> tuple[PoolGroup, ...]:
+    def choose(self, shape_of: Callable[[PoolGroup], PoolShape | None], epoch: bool,
+               may_form: Callable[[PoolGroup], bool] = lambda group: True) -> tuple[PoolGroup, ...]:
         """The groups to run: on an epoch the cheapest partition (`shape_of` gives one group's
-        cheapest shape on its host, None if it cannot run) if it pays; else the current."""
+        cheapest shape on its host, None if it cannot run) if it pays; else the current. A fold
+        not in force that `may_form` refuses is not made; one in force is not undone for it."""
         if not epoch or len(self.order) < 2:
             return self.groups
         shapes: dict[PoolGroup, PoolShape | None] = {}
@@ -66,7 +68,8 @@ class PoolFolding:
         def total(partition: tuple[PoolGroup, ...], price: Callable[[PoolShape], float]) -> float:
             for g in partition:
                 if g not in shapes:
-                    shapes[g] = shape_of(g)
+                    new_fold = len(g.members) > 1 and g not in self.groups
+                    shapes[g] = None if new_fold and not may_form(g) else shape_of(g)
             return sum(price(s) if (s := shapes[g]) is not None else math.inf for g in partition)
 
         def cost_w(partition: tuple[PoolGroup, ...]) -> float:
