@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from batching.deadline_order import deadline_insert_index
 from batching.step_budget import tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
@@ -28,7 +29,12 @@ def _fresh(seq: Sequence) -> bool:
 
 
 def _ttft_due_s(seq: Sequence) -> float:
-    return seq.request.arrival_s + seq.request.slo.ttft_s
+    return seq.request.ttft_due_s
+
+
+def _fresh_due_s(seq: Sequence) -> float | None:
+    """Its TTFT deadline if it is a fresh prompt; None: it keeps its place (deadline_order)."""
+    return _ttft_due_s(seq) if _fresh(seq) else None
 
 
 @dataclass
@@ -325,8 +331,7 @@ class ContinuousBatcher:
         """At `end`, or with prefill_by_ttft_deadline before the first fresh prompt ahead of
         `end` that is due later (a requeued sequence keeps its place)."""
         if self.config.prefill_by_ttft_deadline and _fresh(seq):
-            due_s = _ttft_due_s(seq)
-            end = next((i for i in range(end) if _fresh(w := self.waiting[i]) and _ttft_due_s(w) > due_s), end)
+            end = deadline_insert_index(map(_fresh_due_s, self.waiting), _ttft_due_s(seq), end)
         self.waiting.insert(end, seq)
 
     def _head_due_s(self) -> float:

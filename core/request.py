@@ -45,6 +45,11 @@ class Request:
         return limit is not None and pending_prompt_tokens > limit
 
     @property
+    def ttft_due_s(self) -> float:
+        """When its first token is due: what deadline-ordered prefill orders by."""
+        return self.arrival_s + self.slo.ttft_s
+
+    @property
     def output_tokens_to_generate(self) -> int:
         if self.target_output_tokens is None:
             return self.max_tokens

@@ -14,6 +14,10 @@ engine calls after each of its steps, since a projection changes as requests pro
 A refusal of an urgent waiter calls `on_urgent_refused` (the engine preempts a batch request
 for it, as the batcher does: batch work holding what the projection needs would otherwise
 keep an interactive prompt waiting until it finished).
+
+`by_deadline` orders each group earliest TTFT deadline first instead of FCFS, by the rule
+the batcher's waiting queue follows (batching.deadline_order); a requeued waiter keeps the
+front.
 """
 
 from __future__ import annotations
@@ -24,13 +28,16 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-Waiter = tuple[asyncio.Future, Any]
+from batching.deadline_order import deadline_insert_index
+
+Waiter = tuple[asyncio.Future, Any, float | None]  # (admitted, asked about, TTFT due or None: keeps its place)
 
 
 class AdmissionGate:
     def __init__(self, limit: int, admits: Callable[[Any], bool] | None = None,
-                 on_urgent_refused: Callable[[], None] | None = None) -> None:
+                 on_urgent_refused: Callable[[], None] | None = None, by_deadline: bool = False) -> None:
         self.limit = max(int(limit), 1)
+        self.by_deadline = by_deadline
         self.active = 0
         self.admits = admits
         self.on_urgent_refused = on_urgent_refused
@@ -69,7 +76,7 @@ class AdmissionGate:
     def _wake(self) -> None:
         while self.active < self.limit and (self._urgent or self._waiters):
             queue = self._urgent or self._waiters
-            waiter, candidate = queue[0]
+            waiter, candidate, _due_s = queue[0]
             if waiter.done():  # cancelled while waiting
                 queue.popleft()
                 continue
@@ -86,20 +93,25 @@ class AdmissionGate:
             self.on_urgent_refused()
 
     @asynccontextmanager
-    async def slot(self, urgent: bool = False, requeue: bool = False, candidate: Any = None) -> AsyncIterator[None]:
+    async def slot(self, urgent: bool = False, requeue: bool = False, candidate: Any = None,
+                   due_s: float | None = None) -> AsyncIterator[None]:
         """Hold one of `limit` places for the body; cancellation while waiting leaves none held.
 
         `urgent` waits ahead of all non-urgent waiters; `requeue` (non-urgent only) waits
-        first among them. Both stay FCFS within their group. `candidate` is what the
-        `admits` rule is asked about."""
+        first among them. Within their group they wait FCFS, or with `by_deadline` by
+        `due_s` (the request's TTFT deadline; requeued waiters keep their place).
+        `candidate` is what the `admits` rule is asked about."""
         queue = self._urgent if urgent else self._waiters
         first = self.active < self.limit and not (queue or self._urgent)  # nobody it must wait behind
         if first and self._passes(candidate):
             self.active += 1
         else:
-            entry = (asyncio.get_running_loop().create_future(), candidate)
-            if requeue and not urgent:
+            requeued = requeue and not urgent
+            entry = (asyncio.get_running_loop().create_future(), candidate, None if requeued else due_s)
+            if requeued:
                 queue.appendleft(entry)
+            elif self.by_deadline and due_s is not None:
+                queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue)), entry)
             else:
                 queue.append(entry)
             if first and urgent:  # the rule refused it

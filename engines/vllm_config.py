@@ -116,6 +116,11 @@ class VllmEngineConfig(BaseModel):
         "Chiron's mixed replica: interactive requests wait ahead of batch ones and preempt the newest "
         "running batch request when the batch is full; it resumes later from its prompt plus the "
         "tokens it generated (deployments/builder.py sets it for mixed pools)."))
+    prefill_by_ttft_deadline: bool = Field(default=False, description=(
+        "Prompts wait earliest TTFT deadline first (arrival + target), as the simulated replicas' "
+        "prefill_by_ttft_deadline: at the admission gate and in vLLM's own queue (its priority "
+        "scheduling, each request's priority its deadline). Prompts vLLM has started keep their "
+        "chunks (it runs its running requests first). False: arrival order."))
     keep_preempted_kv: bool = Field(default=True, description=(
         "With interactive_first and no kv_transfer: a preempted request's KV is kept "
         "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "

@@ -94,6 +94,7 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) ->
         max_num_batched_tokens=config.max_num_batched_tokens, enforce_eager=config.enforce_eager,
         block_size=config.block_size, enable_prefix_caching=config.enable_prefix_caching,
         gpu_memory_utilization=config.gpu_memory_utilization,
+        scheduling_policy="priority" if config.prefill_by_ttft_deadline else "fcfs",
         kv_transfer_config=None if kv is None else KVTransferConfig(
             kv_connector=kv.connector, kv_role=kv.role, kv_load_failure_policy="recompute",
             kv_connector_module_path=kv.connector_module_path,
@@ -131,7 +132,7 @@ class VllmEngine:
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
-        self.gate = AdmissionGate(config.batch_limit)
+        self.gate = AdmissionGate(config.batch_limit, by_deadline=config.prefill_by_ttft_deadline)
         self.running_batch = VllmRunningBatch(config.tensor_parallel, vllm_config.cache_config.block_size,
                                               self.tracker.snapshot, self.gate)
         self.admission = self._admission_chain()
@@ -270,7 +271,8 @@ class VllmEngine:
                 if urgent and self.gate.would_wait:
                     self._preempt_for_waiter()
                 candidate = self.running_batch.candidate(request, time.time(), run.generated)
-                async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate):
+                async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate,
+                                          due_s=request.ttft_due_s):
                     self.running_batch.enter(candidate)
                     async for chunk in self._segment(run, mark):
                         yield chunk
@@ -297,6 +299,12 @@ class VllmEngine:
             self._preempting.add(victims[-1])
             if (vllm_id := self._vllm_ids.get(victims[-1])) is not None:  # else it stops before starting
                 self._abort_soon(vllm_id)
+
+    def _vllm_priority(self, request: Request) -> int:
+        """vLLM's priority scheduling takes the lowest value first: the TTFT deadline in ms
+        (0 for all under fcfs, where vLLM ignores it). Under KV pressure vLLM preempts the
+        running request due last (a batch request's deadline is an hour out)."""
+        return round(request.ttft_due_s * 1000) if self.config.prefill_by_ttft_deadline else 0
 
     def _abort_soon(self, vllm_id: str) -> None:
         """Abort now-ish without awaiting here: the caller queues before the slot frees."""

@@ -455,7 +455,7 @@ class Simulator:
             )
         if self.kinds or self.batch_in_flight is not None:  # the global queue: Chiron's, or the Batch API's
             waiting = [*self.batch_queue, *(request for request, _ in self.batch_backlog)]
-            queue = [QueuedBatchRequest(q.arrival_s, q.arrival_s + q.slo.ttft_s) for q in waiting]
+            queue = [QueuedBatchRequest(q.arrival_s, q.ttft_due_s) for q in waiting]
             deployments[BATCH_QUEUE_DEPLOYMENT] = DeploymentView(
                 BATCH_QUEUE_DEPLOYMENT, 1, 1, 1, 1, extra_metrics=summarise_queue(queue, self.output_lengths))
         return ClusterView(deployments)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,7 @@ from wattwise.tiny_model import tiny_engine_config
 
 require_vllm()
 
+from engines.factory import make_engine
 from engines.protocol import TensorParallelChangeUnsupported
 from engines.vllm_engine import VllmEngine
 
@@ -129,3 +131,36 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     save_latency_csv(points, tmp_path / "latency.csv")
     rows = list(csv.DictReader((tmp_path / "latency.csv").open()))
     assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s
+
+
+def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: Path) -> None:
+    """vLLM's own queue (max_num_seqs 1: one runs, the rest wait inside vLLM) takes the prompt
+    due first, not the one that came first: its priority scheduling, keyed by TTFT deadline."""
+
+    async def run() -> dict[str, list[float]]:
+        engine = make_engine(tiny_engine_config(tiny_model, max_num_seqs=1, batch_limit=4,
+                                                prefill_by_ttft_deadline=True))
+        try:
+            assert engine.llm.vllm_config.scheduler_config.policy == "priority"
+            seen: dict[str, list[float]] = {}
+
+            async def stream(request: Request) -> None:
+                async for _chunk in engine.generate(request):
+                    seen.setdefault(request.request_id, []).append(time.time())
+
+            running = asyncio.ensure_future(stream(_request(engine, PROMPT, 96, "running")))
+            while "running" not in seen:
+                await asyncio.sleep(0.01)
+            loose = _request(engine, PROMPT, 8, "loose")  # came first, due in a minute
+            tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=1.0, tbt_s=10))
+            waiting = [asyncio.ensure_future(stream(loose))]
+            await asyncio.sleep(0.05)
+            waiting.append(asyncio.ensure_future(stream(tight)))
+            await asyncio.gather(running, *waiting)
+            return seen
+        finally:
+            await engine.shutdown()
+
+    seen = asyncio.run(run())
+    assert seen["running"][-1] <= seen["tight"][0], "the request running when both arrived goes on to its end"
+    assert seen["tight"][-1] <= seen["loose"][0], "the prompt due first ran (to its end: one at a time) first"

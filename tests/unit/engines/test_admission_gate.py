@@ -1,4 +1,5 @@
-"""The replica's admission gate: FCFS, a run-time limit, and Chiron's urgent-first order."""
+"""The replica's admission gate: FCFS or TTFT-deadline order, a run-time limit, and Chiron's
+urgent-first order."""
 
 from __future__ import annotations
 
@@ -54,6 +55,17 @@ def test_urgent_waiters_go_first_fcfs_among_themselves() -> None:
 def test_a_requeued_request_waits_first_among_non_urgent_ones() -> None:
     arrivals = [("b1", {}), ("b2", {}), ("resumed", {"requeue": True}), ("i1", {"urgent": True})]
     assert _admit_in_order(AdmissionGate(1), arrivals) == ["i1", "resumed", "b1", "b2"]
+
+
+def test_by_deadline_each_group_waits_earliest_ttft_deadline_first_and_a_requeued_one_keeps_the_front() -> None:
+    arrivals = [("b-late", {"due_s": 90.0}), ("b-soon", {"due_s": 10.0}), ("resumed", {"requeue": True, "due_s": 5.0}),
+                ("b-mid", {"due_s": 50.0}), ("i-late", {"urgent": True, "due_s": 3.0}),
+                ("i-soon", {"urgent": True, "due_s": 1.0}), ("b-first", {"due_s": 1.0})]
+    assert _admit_in_order(AdmissionGate(1, by_deadline=True), arrivals) == [
+        "i-soon", "i-late", "resumed", "b-first", "b-soon", "b-mid", "b-late"]
+    # Without it, the same arrivals wait FCFS in their groups (the due times are ignored).
+    assert _admit_in_order(AdmissionGate(1), arrivals) == [
+        "i-late", "i-soon", "resumed", "b-late", "b-soon", "b-mid", "b-first"]
 
 
 def test_cancelled_waiter_holds_no_place_and_limit_changes_admit() -> None:
