@@ -50,6 +50,17 @@ def free_port() -> int:
     return free_ports(1)[0]
 
 
+def ingress_ports_env(stats_port: int, metrics_port: int, fallback_http_port: int,
+                      fallback_grpc_port: int) -> dict[str, str]:
+    """The ports Serve's ingress binds besides the HTTP port, which default to fixed numbers
+    (HAProxy's stats 8404 and metrics 9101): given a cluster's own, two clusters can share a
+    machine. Under HAProxy, Serve's own proxy stays on as HAProxy's fallback, bound with
+    SO_REUSEPORT: on a shared port another cluster's proxy would answer our requests."""
+    return {"RAY_SERVE_HAPROXY_STATS_PORT": str(stats_port), "RAY_SERVE_HAPROXY_METRICS_PORT": str(metrics_port),
+            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(fallback_http_port),
+            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(fallback_grpc_port)}
+
+
 # Serve gives each ingress replica an HTTP and a gRPC port of its own (direct ingress, which
 # HAProxy forwards to) from fixed ranges (30000-31000, 40000-41000), bound with SO_REUSEPORT:
 # two clusters on one machine would share replica ports, and the kernel would hand one
@@ -142,8 +153,7 @@ class LocalServe:
         beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers."""
         self._own_ports = free_ports(10)
         (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
-         self._agent_port, haproxy_stats_port, haproxy_metrics_port, fallback_http_port,
-         fallback_grpc_port) = self._own_ports
+         self._agent_port) = self._own_ports[:6]
         config = copy.deepcopy(self._config_source)
         config.setdefault("http_options", {}).update({"host": self.ingress.http_host, "port": self.http_port})
         for app in config.get("applications", []):
@@ -156,12 +166,7 @@ class LocalServe:
             # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).
             "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
             "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
-            "RAY_SERVE_HAPROXY_STATS_PORT": str(haproxy_stats_port),
-            "RAY_SERVE_HAPROXY_METRICS_PORT": str(haproxy_metrics_port),
-            # Under HAProxy, Serve's own proxy stays on as HAProxy's fallback, bound with
-            # SO_REUSEPORT: on a shared port another cluster's proxy would answer our requests.
-            "RAY_SERVE_FALLBACK_PROXY_HTTP_PORT": str(fallback_http_port),
-            "RAY_SERVE_FALLBACK_PROXY_GRPC_PORT": str(fallback_grpc_port),
+            **ingress_ports_env(*self._own_ports[6:]),
             **self._ports.env,
             **os.environ,
             "RAY_AUTH_MODE": "disabled",  # a single-user local cluster on loopback

@@ -38,7 +38,15 @@ import yaml
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import wait_for
 from wattwise.ingress_mode import DEFAULT_INGRESS
-from wattwise.local_serve import SERVE_CONFIG, _bin, free_port, haproxy_pids, stop_haproxy
+from wattwise.local_serve import (
+    SERVE_CONFIG,
+    PortWindow,
+    _bin,
+    free_ports,
+    haproxy_pids,
+    ingress_ports_env,
+    stop_haproxy,
+)
 
 pytestmark = pytest.mark.ray
 
@@ -126,8 +134,18 @@ class LiveCluster:
         self.prompt = "tell me a story" + " about the sea" * (45 if splitwise else 0)
         self.workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"wattwise-nodeloss-{os.getpid()}"
         self.workdir.mkdir(exist_ok=True)
-        self.http_port = free_port()
-        self.cluster = _start_head()
+        # Ports of its own, for the nodes it starts (they take this process's environment, set
+        # back at shutdown): another cluster may share the machine (CI's other Ray worker).
+        self.http_port, *ingress_ports = free_ports(5)
+        self._window = PortWindow()
+        own = {**ingress_ports_env(*ingress_ports), **self._window.env}
+        self._env_before = {key: os.environ.get(key) for key in own}
+        os.environ.update(own)
+        try:
+            self.cluster = _start_head()
+        except BaseException:
+            self._give_back_ports()
+            raise
         self.kinds: dict[str, dict[str, Any]] = {}  # node id -> the kind of node it is
         try:
             for kind in (INGRESS_NODE, INGRESS_NODE, POOL_NODE, POOL_NODE, *([PROMPT_NODE] * 2 if splitwise else [])):
@@ -283,6 +301,15 @@ class LiveCluster:
         ray.shutdown()
         self.cluster.shutdown()
         stop_haproxy(haproxy_pids(node_ids))  # its head's HAProxy outlives the raylets; other clusters' do not stop
+        self._give_back_ports()
+
+    def _give_back_ports(self) -> None:
+        for key, value in self._env_before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        self._window.release()
 
 
 
