@@ -319,7 +319,8 @@ class VllmEngine:
             return
         vllm_id = run.vllm_request_id
         self._vllm_ids[rid] = vllm_id
-        stream = self.llm.generate(run.prompt(), run.sampling(), request_id=vllm_id)
+        stream = self.llm.generate(run.prompt(), run.sampling(), request_id=vllm_id,
+                                   priority=self._vllm_priority(request))
         finished = False
         try:
             async for out in stream:

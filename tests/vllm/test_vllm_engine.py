@@ -148,14 +148,19 @@ def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: 
                 async for _chunk in engine.generate(request):
                     seen.setdefault(request.request_id, []).append(time.time())
 
-            running = asyncio.ensure_future(stream(_request(engine, PROMPT, 96, "running")))
+            # Long enough that both others are queued inside vLLM before it ends, on a busy machine.
+            running = asyncio.ensure_future(stream(_request(engine, PROMPT, 900, "running", ignore_eos=True)))
             while "running" not in seen:
                 await asyncio.sleep(0.01)
-            loose = _request(engine, PROMPT, 8, "loose")  # came first, due in a minute
+            loose = _request(engine, PROMPT, 8, "loose")  # comes first, due in a minute
             tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=1.0, tbt_s=10))
-            waiting = [asyncio.ensure_future(stream(loose))]
-            await asyncio.sleep(0.05)
-            waiting.append(asyncio.ensure_future(stream(tight)))
+            waiting = []
+            for request in (loose, tight):  # each queued inside vLLM before the next is sent
+                waiting.append(asyncio.ensure_future(stream(request)))
+                deadline_s = time.time() + 120
+                while engine.unfinished_in_vllm() < 1 + len(waiting):
+                    assert time.time() < deadline_s and not running.done(), "both must queue behind the running one"
+                    await asyncio.sleep(0.01)
             await asyncio.gather(running, *waiting)
             return seen
         finally:
