@@ -135,7 +135,7 @@ class LiveCluster:
         self.workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"wattwise-nodeloss-{os.getpid()}"
         self.workdir.mkdir(exist_ok=True)
         # Ports of its own, for the nodes it starts (they take this process's environment, set
-        # back at shutdown): another cluster may share the machine (CI's other Ray worker).
+        # back at shutdown): another cluster may share the machine (another test run's, a demo).
         self.http_port, *ingress_ports = free_ports(5)
         self._window = PortWindow()
         own = {**ingress_ports_env(*ingress_ports), **self._window.env}
