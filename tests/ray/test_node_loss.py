@@ -138,9 +138,9 @@ class LiveCluster:
         # back at shutdown): another cluster may share the machine (another test run's, a demo).
         self.http_port, *ingress_ports = free_ports(5)
         self._window = PortWindow()
-        own = {**ingress_ports_env(*ingress_ports), **self._window.env}
-        self._env_before = {key: os.environ.get(key) for key in own}
-        os.environ.update(own)
+        self._env = pytest.MonkeyPatch()
+        for key, value in {**ingress_ports_env(*ingress_ports), **self._window.env}.items():
+            self._env.setenv(key, value)
         try:
             self.cluster = _start_head()
         except BaseException:
@@ -304,11 +304,7 @@ class LiveCluster:
         self._give_back_ports()
 
     def _give_back_ports(self) -> None:
-        for key, value in self._env_before.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        self._env.undo()
         self._window.release()
 
 
