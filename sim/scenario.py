@@ -22,6 +22,8 @@ import yaml
 
 from app.config import AppConfig, default_pools
 from autoscaling.chiron.local import LocalAutoscalerConfig
+from autoscaling.chiron.over_provisioning import theta_from_arrivals
+from autoscaling.chiron.policy import split_interactive_mixed
 from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
@@ -203,23 +205,27 @@ def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfi
     return meets_at
 
 
-def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> list[PoolSetup]:
-    """Chiron's replica kinds, each running the local autoscaler: interactive replicas
-    sized for the interactive peak, twice as many mixed ones (theta = 1/3), no batch
-    replica until the global autoscaler asks for one."""
+def chiron_pools(w: Workload, config: SimConfig, lengths: LengthClassConfig) -> tuple[list[PoolSetup], float]:
+    """Chiron's replica kinds, each running the local autoscaler, and its theta read from
+    the interactive arrivals (spikes over windows as long as a replica takes to start).
+    Interactive + mixed replicas are the fewest that meet the interactive SLOs through the
+    trace's spikes, theta of them interactive; no batch replica until the global
+    autoscaler asks for one."""
     everything = tuple(LengthClassConfig.names())
     start_tp("pool-interactive", MAX_TP, config)
     clock = default_perf_model(config.model, config.hardware, config.profile).gpu.max_clock_mhz
-    peak = provision(w.take(w.interactive), {"pool-interactive": (everything, MAX_TP)}, config, lengths)[0]
+    spikes = provision(w.take(w.interactive), {"pool-interactive": (everything, MAX_TP)}, config, lengths)[0]
+    theta = theta_from_arrivals(w.arrival_s[w.interactive], config.overheads.startup_s)
+    interactive, mixed = split_interactive_mixed(max(spikes.replicas, 2), theta)
     local = LocalAutoscalerConfig()
     return [
-        PoolSetup("pool-interactive", everything, MAX_TP, clock, peak.replicas, kind=ReplicaKind.INTERACTIVE,
+        PoolSetup("pool-interactive", everything, MAX_TP, clock, interactive, kind=ReplicaKind.INTERACTIVE,
                   local_autoscaler=local),
-        PoolSetup("pool-mixed", everything, MAX_TP, clock, 2 * peak.replicas, kind=ReplicaKind.MIXED,
+        PoolSetup("pool-mixed", everything, MAX_TP, clock, mixed, kind=ReplicaKind.MIXED,
                   local_autoscaler=local),
         PoolSetup("pool-batch", everything, MAX_TP, clock, 0, min_replicas=0, kind=ReplicaKind.BATCH,
                   local_autoscaler=local),
-    ]
+    ], theta
 
 
 def splitwise_pools(
@@ -291,7 +297,8 @@ def build(
 ) -> tuple[list[PoolSetup], ControlPolicy]:
     spec = SPECS.get(name, DEFAULT_SPEC)
     if spec.layout == "by_kind":
-        return chiron_pools(w, config, lengths), make_policy(name)
+        setups, theta = chiron_pools(w, config, lengths)
+        return setups, make_policy(name, theta=theta)
     if spec.layout == "by_phase":
         setups = splitwise_pools(w, config, lengths)
     else:

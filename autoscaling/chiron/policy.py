@@ -2,7 +2,7 @@
 
 Interactive + mixed replicas: keep IBP (share of them running interactive requests)
 inside [theta - delta, theta + delta]; theta is the over-provisioning for spikes (1/3
-when the tail arrival spike is 3x the mean). Batch replicas: Algorithm 2 on the
+when the tail arrival spike is 3x the mean: `over_provisioning.theta_from_arrivals`). Batch replicas: Algorithm 2 on the
 queue's request groups, counting the spare throughput of mixed replicas; all batch
 replicas retire when no batch work is queued or running. Guards: missing or stale
 stats never shrink a pool; a pool shrinks only if the replicas left can carry its
@@ -32,7 +32,8 @@ class ChironConfig(BaseModel):
     queue: str = Field(default=BATCH_QUEUE_DEPLOYMENT, description="The deployment reporting the global batch queue.")
     theta: float = Field(default=1 / 3, gt=0, lt=1, description=(
         "Target IBP (share of interactive and mixed replicas running interactive requests): the "
-        "over-provisioning for spikes; Chiron: 1/3 when the tail arrival spike is 3x the mean."))
+        "over-provisioning for spikes; Chiron: 1/3 when the tail arrival spike is 3x the mean "
+        "(autoscaling.chiron.over_provisioning.theta_from_arrivals reads it from an arrival history)."))
     delta: float = Field(default=0.1, ge=0, description=(
         "Half-width of the IBP band [theta - delta, theta + delta] inside which nothing scales."))
     batch_tokens_per_s: float = Field(default=1500.0, gt=0, description=(
@@ -40,6 +41,13 @@ class ChironConfig(BaseModel):
     max_batch_replicas: int = Field(default=64, ge=0, description="Most batch replicas.")
     downscale_hold_s: float = Field(default=30.0, ge=0, description=(
         "Interactive/mixed capacity shrinks only after IBP stayed low this long (s; no flapping)."))
+
+
+def split_interactive_mixed(total: int, theta: float) -> tuple[int, int]:
+    """Interactive and mixed replicas of `total`: interactive ones for theta of it, rounded
+    down (spikes overflow to mixed replicas), at least one of each."""
+    interactive = max(1, min(total - 1, math.floor(total * theta + 1e-9)))
+    return interactive, max(total - interactive, 1)
 
 
 class ChironPolicy:
@@ -79,8 +87,7 @@ class ChironPolicy:
             wanted = max(wanted, math.ceil(running / limit))
         else:
             self._low_since_s = None
-        interactive = max(1, math.ceil(wanted * cfg.theta))
-        return interactive, max(wanted - interactive, 1)
+        return split_interactive_mixed(wanted, cfg.theta)
 
     def _batch_target(self, batch: DeploymentView, mixed: DeploymentView, queue: DeploymentView | None,
                       now_s: float) -> int:

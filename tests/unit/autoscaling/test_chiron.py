@@ -15,7 +15,8 @@ from autoscaling.chiron.batch_queue import (
     group_waits_s,
 )
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
-from autoscaling.chiron.policy import ChironConfig, ChironPolicy
+from autoscaling.chiron.over_provisioning import theta_from_arrivals
+from autoscaling.chiron.policy import ChironConfig, ChironPolicy, split_interactive_mixed
 from autoscaling.chiron.queue_summary import groups_from_metrics, summarise_queue
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
@@ -146,3 +147,29 @@ def test_interactive_capacity_shrinks_only_after_the_hold() -> None:
     assert policy.observe(idle, 29.0).replicas["pool-mixed"] == 6
     shrunk = policy.observe(idle, 30.0).replicas
     assert shrunk["pool-interactive"] + shrunk["pool-mixed"] < 9
+
+
+def test_theta_is_the_mean_rate_over_the_tail_spike() -> None:
+    # 100 windows of 10 s: 97 with 10 arrivals, 3 spikes of 30 (three times the usual rate).
+    counts = [10] * 97 + [30] * 3
+    arrivals = np.concatenate([np.linspace(10 * i, 10 * i + 9.9, n) for i, n in enumerate(counts)])
+    theta = theta_from_arrivals(arrivals, window_s=10.0, percentile=98.0)
+    assert theta == pytest.approx(np.mean(counts) / 30)
+    # The same arrivals over 1,000 s windows hold no spike: theta is at its cap.
+    assert theta_from_arrivals(arrivals, window_s=1000.0) == pytest.approx(0.95)
+    assert theta_from_arrivals(np.array([]), window_s=10.0) == pytest.approx(1 / 3)
+    with pytest.raises(ValueError, match="window_s"):
+        theta_from_arrivals(arrivals, window_s=0.0)
+
+
+def test_burstier_history_keeps_more_spare_capacity() -> None:
+    rng = np.random.default_rng(0)
+    steady = np.sort(rng.uniform(0, 3600, 7200))
+    bursts = np.sort(np.concatenate([steady, rng.uniform(0, 30, 1500) + rng.choice([600, 2400], 1500)]))
+    assert theta_from_arrivals(bursts, 30.0) < theta_from_arrivals(steady, 30.0)
+
+
+@pytest.mark.parametrize(("total", "theta", "split"), [(3, 1 / 3, (1, 2)), (9, 1 / 3, (3, 6)), (2, 0.65, (1, 1)),
+                                                        (5, 0.83, (4, 1)), (4, 1 / 3, (1, 3)), (1, 0.5, (1, 1))])
+def test_interactive_replicas_are_theta_of_the_total_rounded_down_one_of_each_at_least(total, theta, split) -> None:
+    assert split_interactive_mixed(total, theta) == split

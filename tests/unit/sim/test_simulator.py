@@ -158,11 +158,13 @@ def test_chiron_returns_preempted_batch_requests_to_the_global_queue():
     from autoscaling.registry import make_policy
     from sim.scenario import chiron_pools
 
-    # Batch limits pinned at 8 so the mixed replicas fill with batch work and interactive
-    # overflow has to preempt it.
+    # Batch limits pinned at 8 so the mixed replicas fill with batch work, and the paper's
+    # theta of 1/3 (not this Poisson trace's, ~0.8) so that the autoscaler grows mixed
+    # replicas and interactive overflow reaches them and has to preempt batch work.
     fixed = LocalAutoscalerConfig(initial_batch=8, min_batch=8, max_batch=8)
-    pools = [replace(p, local_autoscaler=fixed) for p in chiron_pools(w, CONFIG, LengthClassConfig())]
-    raw = Simulator(w, make_policy("chiron"), pools, CONFIG).run()
+    setups, _ = chiron_pools(w, CONFIG, LengthClassConfig())
+    pools = [replace(p, local_autoscaler=fixed) for p in setups]
+    raw = Simulator(w, make_policy("chiron", theta=1 / 3), pools, CONFIG).run()
     assert raw.log.done.all() and not raw.log.rejected.any()
     assert (raw.log.output_tokens == w.output_tokens).all()
     assert raw.log.preemptions[~w.interactive].sum() > 0  # the path was exercised
