@@ -12,7 +12,7 @@ A refused interactive prompt is recorded on the projector, for the clock
 
 from __future__ import annotations
 
-from autoscaling.throttllem.projector import ReplicaProjector
+from autoscaling.throttllem.projector import ReplicaProjector, deadline_per_token_s
 from autoscaling.throttllem.slo_checks import kv_fits
 from batching.continuous_batcher import RunningBatch, Sequence
 
@@ -31,7 +31,7 @@ class ThrottllemAdmission:
         tokens = p.projected_tokens(seq)
         empty = len(board) == 0
         board.insert_virtual(seq.request_id, p.now_iter - seq.generated, seq.request.prompt_tokens, tokens,
-                             p.deadline_s(seq, tokens))
+                             p.deadline_s(seq, tokens), deadline_per_token_s(seq))
         tbt_s = min(p.tbt_s, seq.request.slo.tbt_s)
         projection = p.project()
         if empty:

@@ -43,8 +43,8 @@ class ThrottllemClock:
         if board.lost.any():
             return float(clocks[-1])
         projection = p.project()
-        index = lowest_passing_clock(p.synced_table, p.lookup(projection), projection, board.deadline_s, board.lost,
-                                     now_s, p.tbt_s, p.headroom)
+        index = lowest_passing_clock(p.synced_table, p.lookup(projection), projection, p.deadline_lines(projection),
+                                     board.lost, now_s, p.tbt_s, p.headroom)
         return float(clocks[index])
 
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:

@@ -16,14 +16,32 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection, Scoreboard
-from autoscaling.throttllem.slo_checks import Verdict, check
+from autoscaling.throttllem.slo_checks import DeadlineLines, Verdict, check
 from batching.continuous_batcher import RunningBatch, Sequence
+
+
+@dataclass
+class _Projected:
+    """One scoreboard state's projection and what the checks read from it (filled lazily)."""
+
+    key: tuple[int, int]  # (scoreboard version, iteration)
+    projection: Projection
+    at: Lookup | None = None
+    lines: DeadlineLines | None = None
+
+
+def deadline_per_token_s(seq: Sequence) -> float:
+    """How far the request's deadline moves per output token: its TBT target, 0 when its
+    E2E target is explicit (the deadline is the same wherever it ends)."""
+    slo = seq.request.slo
+    return 0.0 if slo.e2e_s is not None else slo.tbt_s
 
 
 class ReplicaProjector:
@@ -45,6 +63,7 @@ class ReplicaProjector:
         # The interactive prompt admission last refused (None once one is admitted): it
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
+        self._projected: _Projected | None = None
 
     @property
     def headroom(self) -> float:
@@ -82,6 +101,7 @@ class ReplicaProjector:
             np.array([s.request.prompt_tokens for s in running], dtype=np.int64),
             np.array(tokens, dtype=np.int64),
             np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64),
+            np.array([deadline_per_token_s(s) for s in running], dtype=np.float64),
             np.array([i in self._lost_ids for i in ids], dtype=bool),
         )
         self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
@@ -123,15 +143,36 @@ class ReplicaProjector:
         return self.table
 
     def project(self) -> Projection:
-        return self.scoreboard.project(self.now_iter)
+        """The scoreboard's projection; within a step, sync's lost check, the admission and
+        the clock search read the same one until the scoreboard changes."""
+        key = (self.scoreboard.version, self.now_iter)
+        if self._projected is None or self._projected.key != key:
+            self._projected = _Projected(key, self.scoreboard.project(self.now_iter))
+        return self._projected.projection
 
     def lookup(self, projection: Projection) -> Lookup:
-        return self.synced_table.lookup(projection.batch, projection.kv_blocks)
+        cached = self._projected if self._projected is not None and self._projected.projection is projection else None
+        if cached is not None and cached.at is not None:
+            return cached.at
+        at = self.synced_table.lookup(projection.batch, projection.kv_blocks)
+        if cached is not None:
+            cached.at = at
+        return at
+
+    def deadline_lines(self, projection: Projection) -> DeadlineLines:
+        cached = self._projected if self._projected is not None and self._projected.projection is projection else None
+        if cached is not None and cached.lines is not None:
+            return cached.lines
+        board = self.scoreboard
+        lines = DeadlineLines.build(projection.remaining, board.deadline_s, board.deadline_per_token_s)
+        if cached is not None:
+            cached.lines = lines
+        return lines
 
     def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
                  at: Lookup | None = None) -> Verdict:
         return check(self.synced_table, clock_index, at or self.lookup(projection), projection,
-                     self.scoreboard.deadline_s, now_s, self.tbt_s if tbt_s is None else tbt_s, self.headroom)
+                     self.deadline_lines(projection), now_s, self.tbt_s if tbt_s is None else tbt_s, self.headroom)
 
     def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
         return self.check_at(len(self.synced_table.clocks_mhz) - 1, projection, now_s, tbt_s)

@@ -5,6 +5,9 @@ length |q_i| and its projected output length r_i. Projections assume no arrivals
 i occupies iterations s_i <= j < s_i + r_i and holds ceil((j - s_i + |q_i| + 1) / N)
 KV blocks there (eq. 1, counting the slot of the token iteration j writes, as paged
 engines allocate it). A candidate is inserted "virtually", then committed or rolled back.
+Each entry's deadline is held at its projected end, with the seconds it moves per token
+(its TBT target; 0 for an explicit E2E target): the request may end at any token before
+that, and its deadline must hold wherever it does (slo_checks).
 """
 
 from __future__ import annotations
@@ -31,22 +34,27 @@ class Scoreboard:
         self.input_tokens = np.zeros(0, dtype=np.int64)
         self.output_tokens = np.zeros(0, dtype=np.int64)
         self.deadline_s = np.zeros(0, dtype=np.float64)
+        self.deadline_per_token_s = np.zeros(0, dtype=np.float64)
         self.lost = np.zeros(0, dtype=bool)
         self._virtual = False
+        # Bumped by every change of the entries: a projection made at the same version and
+        # iteration is still the scoreboard's (ReplicaProjector reuses it within a step).
+        self.version = 0
 
     def __len__(self) -> int:
         return len(self.ids)
 
     def reset(self, ids: list[str], start: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
-              deadline_s: np.ndarray, lost: np.ndarray) -> None:
+              deadline_s: np.ndarray, deadline_per_token_s: np.ndarray, lost: np.ndarray) -> None:
         """Replace every entry (the replica's running batch, re-read each step)."""
         self.ids = list(ids)
         self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
-        self.deadline_s, self.lost = deadline_s, lost
+        self.deadline_s, self.deadline_per_token_s, self.lost = deadline_s, deadline_per_token_s, lost
         self._virtual = False
+        self.version += 1
 
     def insert_virtual(self, request_id: str, start: int, input_tokens: int, output_tokens: int,
-                       deadline_s: float) -> None:
+                       deadline_s: float, deadline_per_token_s: float) -> None:
         if self._virtual:
             raise RuntimeError("a virtual entry is already pending: commit or roll it back first")
         self.ids.append(request_id)
@@ -54,8 +62,10 @@ class Scoreboard:
         self.input_tokens = np.append(self.input_tokens, input_tokens)
         self.output_tokens = np.append(self.output_tokens, output_tokens)
         self.deadline_s = np.append(self.deadline_s, deadline_s)
+        self.deadline_per_token_s = np.append(self.deadline_per_token_s, deadline_per_token_s)
         self.lost = np.append(self.lost, False)
         self._virtual = True
+        self.version += 1
 
     def commit(self, lost: bool = False) -> None:
         self._require_virtual()
@@ -65,9 +75,10 @@ class Scoreboard:
     def rollback(self) -> None:
         self._require_virtual()
         self.ids.pop()
-        for name in ("start", "input_tokens", "output_tokens", "deadline_s", "lost"):
+        for name in ("start", "input_tokens", "output_tokens", "deadline_s", "deadline_per_token_s", "lost"):
             setattr(self, name, getattr(self, name)[:-1])
         self._virtual = False
+        self.version += 1
 
     def _require_virtual(self) -> None:
         if not self._virtual:

@@ -3,6 +3,11 @@
 T' (seconds per projected iteration) comes from the tabulated model M; the mean of T'
 must stay within the TBT target, and each request's finish time, now plus the
 cumulative sum of T' up to its last iteration, must fall before its deadline.
+The projected end is an upper bound (predicted lengths are stretched by the predictor's
+error) and most requests end sooner, while the batch is still full and its iterations
+slow: a deadline that grows by the TBT target per token must hold at every token up to
+the projected end, not at the end alone, or the search picks clocks that meet the
+stretched ends and miss the real ones.
 """
 
 from __future__ import annotations
@@ -29,24 +34,87 @@ def kv_fits(projection: Projection, kv_blocks_total: int) -> bool:
     return len(projection.kv_blocks) == 0 or int(projection.kv_blocks.max()) <= kv_blocks_total
 
 
-def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection, deadline_s: np.ndarray,
+@dataclass(frozen=True)
+class _PerTokenGroup:
+    """The entries whose deadline moves `per_token` seconds per token, read at every token."""
+
+    rows: np.ndarray  # indices into the scoreboard
+    last: np.ndarray  # each row's last projected iteration (remaining - 1)
+    per_token_k: np.ndarray  # per_token * k for k = 1 .. the rows' longest remaining
+    bound_s: np.ndarray  # deadline_s - per_token * remaining: "now + elapsed - per_token * k" must stay below
+
+
+@dataclass(frozen=True)
+class DeadlineLines:
+    """Every entry's deadline wherever it ends: deadline_s at its projected end, per_token
+    seconds earlier per token before it. Built once per projection, since the clock search
+    reads it at each clock it tries."""
+
+    last: np.ndarray  # remaining - 1 per entry
+    end_s: np.ndarray
+    groups: tuple[_PerTokenGroup, ...]
+
+    @classmethod
+    def build(cls, remaining: np.ndarray, deadline_s: np.ndarray, per_token_s: np.ndarray) -> DeadlineLines:
+        groups = []
+        positive = per_token_s[per_token_s > 0]
+        # Usually one value (every class's TBT target alike): no sort for it.
+        values = positive[:1] if len(positive) and (positive == positive[0]).all() else np.unique(positive)
+        for per_token in values:
+            rows = np.flatnonzero(per_token_s == per_token)
+            r = remaining[rows]
+            groups.append(_PerTokenGroup(rows, r - 1, per_token * np.arange(1, int(r.max()) + 1),
+                                         deadline_s[rows] - per_token * r))
+        return cls(remaining - 1, deadline_s, tuple(groups))
+
+    def late(self, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
+        """Per entry: some token k ends (at now + elapsed_s[k - 1]) after its deadline for
+        ending there. Per token 0: the end binds (eq. 3); otherwise the worst k is a running
+        maximum of elapsed_s[k - 1] - per_token * k."""
+        late = now_s + elapsed_s[self.last] >= self.end_s
+        for g in self.groups:
+            late[g.rows] |= self._group_late(g, elapsed_s, now_s)
+        return late
+
+    def any_late(self, elapsed_s: np.ndarray, now_s: float, ignore: np.ndarray) -> bool:
+        """`late(...) & ~ignore` has an entry, read group by group until one is found (the
+        clock search's question, most of whose low clocks already fail at the ends)."""
+        if ((now_s + elapsed_s[self.last] >= self.end_s) & ~ignore).any():
+            return True
+        return any((self._group_late(g, elapsed_s, now_s) & ~ignore[g.rows]).any() for g in self.groups)
+
+    @staticmethod
+    def _group_late(g: _PerTokenGroup, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
+        worst = np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)
+        return now_s + worst[g.last] >= g.bound_s
+
+
+def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection, lines: DeadlineLines,
           now_s: float, tbt_s: float, headroom: float = 1.0) -> Verdict:
     """Checks with every iteration stretched by 1 / headroom (the share of the targets to use)."""
     if len(projection.batch) == 0:
-        return Verdict(True, np.zeros(len(deadline_s), dtype=bool))
+        return Verdict(True, np.zeros(len(lines.end_s), dtype=bool))
     iter_s = table.iteration_s(clock_index, at) / headroom
-    finish_s = now_s + np.cumsum(iter_s)[projection.remaining - 1]  # eq. 3 read at each entry's end
-    return Verdict(float(np.add.reduce(iter_s)) / len(iter_s) <= tbt_s, finish_s >= deadline_s)  # eq. 4
+    late = lines.late(np.cumsum(iter_s), now_s)
+    return Verdict(float(np.add.reduce(iter_s)) / len(iter_s) <= tbt_s, late)  # eq. 4
 
 
-def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, deadline_s: np.ndarray,
+def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, lines: DeadlineLines,
                          ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0) -> int:
     """Binary search over supported clocks for the lowest index that passes (M is monotone
     in clock); the top index if none does."""
+    def passes(clock_index: int) -> bool:  # check(...).passes(ignore), stopping at the first failure
+        if len(projection.batch) == 0:
+            return True
+        iter_s = table.iteration_s(clock_index, at) / headroom
+        if float(np.add.reduce(iter_s)) / len(iter_s) > tbt_s:
+            return False
+        return not lines.any_late(np.cumsum(iter_s), now_s, ignore)
+
     lo, hi = 0, len(table.clocks_mhz) - 1
     while lo < hi:
         mid = (lo + hi) // 2
-        if check(table, mid, at, projection, deadline_s, now_s, tbt_s, headroom).passes(ignore):
+        if passes(mid):
             hi = mid
         else:
             lo = mid + 1

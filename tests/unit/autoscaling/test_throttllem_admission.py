@@ -4,7 +4,7 @@ import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
-from autoscaling.throttllem.slo_checks import check, lowest_passing_clock
+from autoscaling.throttllem.slo_checks import DeadlineLines, check, lowest_passing_clock
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
 from core.slo import SLO
@@ -84,7 +84,7 @@ def test_tbt_check_queues_when_the_mean_gap_would_exceed_the_target():
     admission.projector.sync(b, 1.0)
     _, alone = finish_s(admission, b, 1.0)
     board = admission.projector.scoreboard
-    board.insert_virtual("probe", admission.projector.now_iter, 6000, 200, 1e9)
+    board.insert_virtual("probe", admission.projector.now_iter, 6000, 200, 1e9, 0.0)
     _, both = finish_s(admission, b, 1.0)
     board.rollback()
     assert both.mean() > alone.mean()
@@ -128,9 +128,65 @@ def test_binary_search_returns_the_minimum_passing_clock():
     at = p.lookup(proj)
     board = p.scoreboard
     h = p.config.slo_headroom
-    passing = [check(p.table, i, at, proj, board.deadline_s, 1.0, p.tbt_s, h).passes(board.lost)
+    lines = p.deadline_lines(proj)
+    passing = [check(p.table, i, at, proj, lines, 1.0, p.tbt_s, h).passes(board.lost)
                for i in range(len(p.table.clocks_mhz))]
-    found = lowest_passing_clock(p.table, at, proj, board.deadline_s, board.lost, 1.0, p.tbt_s, h)
+    found = lowest_passing_clock(p.table, at, proj, lines, board.lost, 1.0, p.tbt_s, h)
     assert passing[found] and 0 < found < len(passing) - 1
     assert passing.index(True) == found
     assert clock.target_clock_mhz(1.0) == p.table.clocks_mhz[found]
+
+
+def test_a_per_token_deadline_must_hold_at_every_token_not_only_at_the_projected_end() -> None:
+    # Ten slow iterations (1 s) while the batch is full, then fast ones (0.1 s) once it drains.
+    elapsed = np.cumsum([1.0] * 10 + [0.1] * 90)
+
+    def late(remaining, deadline_s, per_token_s):
+        lines = DeadlineLines.build(np.array(remaining), np.array(deadline_s), np.array(per_token_s))
+        return lines.late(elapsed, now_s=0.0).tolist()
+
+    # Both deadlines are met at the projected end (token 100 ends at 19 s); growing 0.5 s per
+    # token, the first would be 4.5 s late had the request ended at token 10 (10 s, due at
+    # 25 - 0.5 * 90 = -20 s); an explicit E2E deadline (0 per token) binds at the end only.
+    assert late([100, 100], [25.0, 25.0], [0.5, 0.0]) == [True, False]
+    # 0.5 s per token from 60 s at token 100: due at 10.5 s at token 1, 15 s at token 10: met.
+    assert late([100], [60.0], [0.5]) == [False]
+    # The end itself still binds, with or without a per-token line; and a shorter entry is
+    # read at its own end (token 10, 10 s: due at 12 s, met; at 9.5 s, late).
+    assert late([100, 100], [18.0, 18.0], [0.0, 0.01]) == [True, True]
+    assert late([10, 10, 100], [12.0, 9.5, 60.0], [0.5, 0.5, 0.5]) == [False, True, False]
+
+
+def test_the_clock_search_keeps_requests_that_end_early_on_time() -> None:
+    """A batch whose projected ends are met at a low clock, but whose requests, should they
+    end at half their projected length (most do: lengths are stretched by the predictor's
+    error), would be late there: the search picks a higher clock than the end-only check."""
+    batch = [req(str(i), 800, 300 if i % 2 else 30) for i in range(60)]
+    b, admission, _ = replica(batch)
+    p = admission.projector
+    p.sync(b, 1.0)
+    proj, at = p.project(), p.lookup(p.project())
+    board = p.scoreboard
+    h = p.config.slo_headroom
+    slow = p.table.iteration_s(0, at) / h
+    # Per-token deadlines of the long requests: met at their end at the lowest clock, as the
+    # batch halves once the short ones end, but not at the tokens before, with the full batch.
+    per_token = float(np.cumsum(slow)[-1] - np.cumsum(slow)[29]) / 270 * 1.05
+    deadline = 1.0 + np.cumsum(slow)[proj.remaining - 1] * 1.01
+    slopes = np.where(proj.remaining > 100, per_token, 0.0)
+    ends_only = DeadlineLines.build(proj.remaining, deadline, np.zeros(len(deadline)))
+    every_token = DeadlineLines.build(proj.remaining, deadline, slopes)
+    assert lowest_passing_clock(p.table, at, proj, ends_only, board.lost, 1.0, np.inf, h) == 0
+    assert lowest_passing_clock(p.table, at, proj, every_token, board.lost, 1.0, np.inf, h) > 0
+
+
+def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> None:
+    rng = np.random.default_rng(1)
+    for _ in range(300):
+        n, horizon = int(rng.integers(1, 30)), int(rng.integers(1, 400))
+        remaining = rng.integers(1, horizon + 1, n)
+        remaining[0] = horizon
+        lines = DeadlineLines.build(remaining, rng.uniform(0, 20, n), rng.choice([0.0, 0.02, 0.05], n))
+        elapsed = np.cumsum(rng.uniform(0.01, 0.06, horizon))
+        ignore = rng.random(n) < 0.2
+        assert lines.any_late(elapsed, 0.5, ignore) == bool((lines.late(elapsed, 0.5) & ~ignore).any())

@@ -21,7 +21,7 @@ def test_projection_matches_step_by_step_batcher():
     # Every prompt fits the first step's token budget: all are scheduled at iteration 0.
     board = Scoreboard(batcher.config.block_size)
     board.reset([str(i) for i in range(40)], np.zeros(40, dtype=np.int64), prompts, outputs, np.zeros(40),
-                np.zeros(40, dtype=bool))
+                np.zeros(40), np.zeros(40, dtype=bool))
     projection = board.project(0)
     t, actual_batch, actual_kv = 0.0, [], []
     while batcher.has_work():
@@ -38,7 +38,7 @@ def test_projection_from_a_later_iteration_counts_generated_tokens():
     board = Scoreboard(block_size=4)
     # Scheduled at iteration 2 with a 5-token prompt and 6 outputs; now at iteration 5 it
     # has generated 3 tokens and writes the 4th: ceil((5 + 3 + 1) / 4) = 3 blocks.
-    board.reset(["a"], np.array([2]), np.array([5]), np.array([6]), np.zeros(1), np.zeros(1, dtype=bool))
+    board.reset(["a"], np.array([2]), np.array([5]), np.array([6]), np.zeros(1), np.zeros(1), np.zeros(1, dtype=bool))
     p = board.project(5)
     np.testing.assert_array_equal(p.batch, [1, 1, 1])
     np.testing.assert_array_equal(p.kv_blocks, [3, 3, 3])
@@ -47,15 +47,16 @@ def test_projection_from_a_later_iteration_counts_generated_tokens():
 
 def test_virtual_insert_commit_and_rollback():
     board = Scoreboard(block_size=16)
-    board.reset(["a"], np.array([0]), np.array([10]), np.array([5]), np.array([9.0]), np.zeros(1, dtype=bool))
+    board.reset(["a"], np.array([0]), np.array([10]), np.array([5]), np.array([9.0]), np.zeros(1),
+                np.zeros(1, dtype=bool))
     before = board.project(0)
-    board.insert_virtual("b", 0, 40, 8, 5.0)
+    board.insert_virtual("b", 0, 40, 8, 5.0, 0.0)
     assert len(board.project(0).batch) == 8
     board.rollback()
     after = board.project(0)
     np.testing.assert_array_equal(before.kv_blocks, after.kv_blocks)
     assert board.ids == ["a"]
-    board.insert_virtual("b", 0, 40, 8, 5.0)
+    board.insert_virtual("b", 0, 40, 8, 5.0, 0.0)
     board.commit(lost=True)
     assert board.ids == ["a", "b"] and board.lost.tolist() == [False, True]
     with pytest.raises(RuntimeError):
@@ -112,6 +113,6 @@ def test_current_iteration_equals_the_projections_first_entry():
         generated = rng.integers(0, 300, n)
         board = Scoreboard(16)
         board.reset([str(i) for i in range(n)], now - generated, rng.integers(1, 4000, n),
-                    generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n, dtype=bool))
+                    generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool))
         projection = board.project(now)
         assert board.current(now) == (int(projection.batch[0]), int(projection.kv_blocks[0]))
