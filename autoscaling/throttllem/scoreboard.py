@@ -37,9 +37,6 @@ class Scoreboard:
         self.deadline_per_token_s = np.zeros(0, dtype=np.float64)
         self.lost = np.zeros(0, dtype=bool)
         self._virtual = False
-        # Bumped by every change of the entries: a projection made at the same version and
-        # iteration is still the scoreboard's (ReplicaProjector reuses it within a step).
-        self.version = 0
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -51,7 +48,6 @@ class Scoreboard:
         self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
         self.deadline_s, self.deadline_per_token_s, self.lost = deadline_s, deadline_per_token_s, lost
         self._virtual = False
-        self.version += 1
 
     def insert_virtual(self, request_id: str, start: int, input_tokens: int, output_tokens: int,
                        deadline_s: float, deadline_per_token_s: float) -> None:
@@ -65,7 +61,6 @@ class Scoreboard:
         self.deadline_per_token_s = np.append(self.deadline_per_token_s, deadline_per_token_s)
         self.lost = np.append(self.lost, False)
         self._virtual = True
-        self.version += 1
 
     def commit(self, lost: bool = False) -> None:
         self._require_virtual()
@@ -78,7 +73,6 @@ class Scoreboard:
         for name in ("start", "input_tokens", "output_tokens", "deadline_s", "deadline_per_token_s", "lost"):
             setattr(self, name, getattr(self, name)[:-1])
         self._virtual = False
-        self.version += 1
 
     def _require_virtual(self) -> None:
         if not self._virtual:

@@ -5,9 +5,10 @@ must stay within the TBT target, and each request's finish time, now plus the
 cumulative sum of T' up to its last iteration, must fall before its deadline.
 The projected end is an upper bound (predicted lengths are stretched by the predictor's
 error) and most requests end sooner, while the batch is still full and its iterations
-slow: a deadline that grows by the TBT target per token must hold at every token up to
-the projected end, not at the end alone, or the search picks clocks that meet the
-stretched ends and miss the real ones.
+slow: for the clock search, a deadline that grows by the TBT target per token holds at
+every token up to the projected end, not at the end alone, or the search picks clocks
+that meet the stretched ends and miss the real ones. Admission and "lost" ask whether a
+request can be served at all at max clock, and keep eq. 3 at the end (`at_ends`).
 """
 
 from __future__ import annotations
@@ -66,6 +67,11 @@ class DeadlineLines:
             groups.append(_PerTokenGroup(rows, r - 1, per_token * np.arange(1, int(r.max()) + 1),
                                          deadline_s[rows] - per_token * r))
         return cls(remaining - 1, deadline_s, tuple(groups))
+
+    @classmethod
+    def at_ends(cls, remaining: np.ndarray, deadline_s: np.ndarray) -> DeadlineLines:
+        """Each deadline read at its projected end only (eq. 3)."""
+        return cls(remaining - 1, deadline_s, ())
 
     def late(self, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
         """Per entry: some token k ends (at now + elapsed_s[k - 1]) after its deadline for
