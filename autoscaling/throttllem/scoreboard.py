@@ -7,7 +7,7 @@ KV blocks there (eq. 1, counting the slot of the token iteration j writes, as pa
 engines allocate it). A candidate is inserted "virtually", then committed or rolled back.
 Each entry's deadline is held at its projected end, with the seconds it moves per token
 (its TBT target; 0 for an explicit E2E target): the request may end at any token before
-that, and its deadline must hold wherever it does (slo_checks).
+that, and the clock search holds its deadline wherever it does (slo_checks).
 """
 
 from __future__ import annotations

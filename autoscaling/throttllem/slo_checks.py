@@ -82,12 +82,12 @@ class DeadlineLines:
             late[g.rows] |= self._group_late(g, elapsed_s, now_s)
         return late
 
-    def any_late(self, elapsed_s: np.ndarray, now_s: float, ignore: np.ndarray) -> bool:
-        """`late(...) & ~ignore` has an entry, read group by group until one is found (the
-        clock search's question, most of whose low clocks already fail at the ends)."""
+    def any_late(self, elapsed_s: np.ndarray, now_s: float, ignore: np.ndarray, every_token: bool = True) -> bool:
+        """`late(...) & ~ignore` has an entry (at the ends alone unless `every_token`), read
+        group by group until one is found: the clock search's question."""
         if ((now_s + elapsed_s[self.last] >= self.end_s) & ~ignore).any():
             return True
-        return any((self._group_late(g, elapsed_s, now_s) & ~ignore[g.rows]).any() for g in self.groups)
+        return every_token and any((self._group_late(g, elapsed_s, now_s) & ~ignore[g.rows]).any() for g in self.groups)
 
     @staticmethod
     def _group_late(g: _PerTokenGroup, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
@@ -108,20 +108,29 @@ def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection,
 def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, lines: DeadlineLines,
                          ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0) -> int:
     """Binary search over supported clocks for the lowest index that passes (M is monotone
-    in clock); the top index if none does."""
-    def passes(clock_index: int) -> bool:  # check(...).passes(ignore), stopping at the first failure
+    in clock); the top index if none does. The ends alone first (cheap): the clock that holds
+    every token is at or above the one that holds the ends, and usually the same."""
+    def passes(clock_index: int, every_token: bool) -> bool:  # check(...).passes(ignore), stopping early
         if len(projection.batch) == 0:
             return True
         iter_s = table.iteration_s(clock_index, at) / headroom
         if float(np.add.reduce(iter_s)) / len(iter_s) > tbt_s:
             return False
-        return not lines.any_late(np.cumsum(iter_s), now_s, ignore)
+        return not lines.any_late(np.cumsum(iter_s), now_s, ignore, every_token)
 
-    lo, hi = 0, len(table.clocks_mhz) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if passes(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    top = len(table.clocks_mhz) - 1
+
+    def lowest(lo: int, every_token: bool) -> int:
+        hi = top
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if passes(mid, every_token):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    ends = lowest(0, every_token=False)
+    if ends == top or not lines.groups or passes(ends, every_token=True):
+        return ends
+    return lowest(ends + 1, every_token=True)

@@ -4,6 +4,7 @@ import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
+from autoscaling.throttllem.scoreboard import Projection
 from autoscaling.throttllem.slo_checks import DeadlineLines, check, lowest_passing_clock
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.request import Request
@@ -157,27 +158,32 @@ def test_a_per_token_deadline_must_hold_at_every_token_not_only_at_the_projected
     assert late([10, 10, 100], [12.0, 9.5, 60.0], [0.5, 0.5, 0.5]) == [False, True, False]
 
 
+class _ThreeClocks:
+    """M at three clocks for a batch that drains after 10 iterations (the search reads only
+    clocks_mhz and iteration_s)."""
+
+    clocks_mhz = np.array([800.0, 1400.0, 1980.0])
+
+    def iteration_s(self, clock_index: int, at: object) -> np.ndarray:
+        full, drained = [(1.0, 0.1), (0.8, 0.08), (0.6, 0.06)][clock_index]
+        return np.array([full] * 10 + [drained] * 90)
+
+
 def test_the_clock_search_keeps_requests_that_end_early_on_time() -> None:
-    """A batch whose projected ends are met at a low clock, but whose requests, should they
-    end at half their projected length (most do: lengths are stretched by the predictor's
-    error), would be late there: the search picks a higher clock than the end-only check."""
-    batch = [req(str(i), 800, 300 if i % 2 else 30) for i in range(60)]
-    b, admission, _ = replica(batch)
-    p = admission.projector
-    p.sync(b, 1.0)
-    proj, at = p.project(), p.lookup(p.project())
-    board = p.scoreboard
-    h = p.config.slo_headroom
-    slow = p.table.iteration_s(0, at) / h
-    # Per-token deadlines of the long requests: met at their end at the lowest clock, as the
-    # batch halves once the short ones end, but not at the tokens before, with the full batch.
-    per_token = float(np.cumsum(slow)[-1] - np.cumsum(slow)[29]) / 270 * 1.05
-    deadline = 1.0 + np.cumsum(slow)[proj.remaining - 1] * 1.01
-    slopes = np.where(proj.remaining > 100, per_token, 0.0)
-    ends_only = DeadlineLines.build(proj.remaining, deadline, np.zeros(len(deadline)))
-    every_token = DeadlineLines.build(proj.remaining, deadline, slopes)
-    assert lowest_passing_clock(p.table, at, proj, ends_only, board.lost, 1.0, np.inf, h) == 0
-    assert lowest_passing_clock(p.table, at, proj, every_token, board.lost, 1.0, np.inf, h) > 0
+    """A request projected to end at token 100 meets that end at every clock (19 s at the
+    lowest), but, should it end at token 10 (most end sooner than projected: lengths are
+    stretched by the predictor's error), only from the middle clock on: its deadline grows
+    0.5 s per token from 9 s at token 10. The search picks the middle clock, the ends alone the
+    lowest; and it agrees with the full verdict at every clock."""
+    table = _ThreeClocks()
+    projection = Projection(np.ones(100, dtype=np.int64), np.ones(100, dtype=np.int64), np.array([100]))
+    deadline, none_lost = np.array([9.0 + 0.5 * 90]), np.zeros(1, dtype=bool)
+    ends = DeadlineLines.at_ends(projection.remaining, deadline)
+    every_token = DeadlineLines.build(projection.remaining, deadline, np.array([0.5]))
+    assert lowest_passing_clock(table, None, projection, ends, none_lost, 0.0, np.inf) == 0
+    assert lowest_passing_clock(table, None, projection, every_token, none_lost, 0.0, np.inf) == 1
+    verdicts = [check(table, i, None, projection, every_token, 0.0, np.inf).passes(none_lost) for i in range(3)]
+    assert verdicts == [False, True, True]
 
 
 def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> None:
