@@ -2,11 +2,12 @@
 
 Interactive + mixed replicas: keep IBP (share of them running interactive requests)
 inside [theta - delta, theta + delta]; theta is the over-provisioning for spikes (1/3
-when the tail arrival spike is 3x the mean: `over_provisioning.theta_from_arrivals`). Batch replicas: Algorithm 2 on the
-queue's request groups, counting the spare throughput of mixed replicas; all batch
-replicas retire when no batch work is queued or running. Guards: missing or stale
-stats never shrink a pool; a pool shrinks only if the replicas left can carry its
-running requests; every scaling action is counted (hysteresis = actions / scale-ups).
+when the tail arrival spike is 3x the mean: `over_provisioning.theta_from_arrivals`).
+Batch replicas: Algorithm 2 on the queue's request groups, counting the spare
+throughput of mixed replicas; all batch replicas retire when no batch work is queued or
+running. Guards: missing or stale stats never shrink a pool; a pool shrinks only if the
+replicas left can carry its running requests; every scaling action is counted
+(hysteresis = actions / scale-ups).
 """
 
 from __future__ import annotations
