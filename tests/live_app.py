@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -14,7 +16,9 @@ from typing import Any
 
 import httpx
 
-from wattwise.local_serve import LocalServe
+from wattwise.local_serve import LocalServe, _bin
+
+SERVE_RUN_ATTEMPTS = 3
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, poll_s: float = 1.0) -> float:
@@ -26,6 +30,24 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str, poll_
             return time.monotonic() - start
         time.sleep(poll_s)
     raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def serve_run(address: str, config_path: Path, log_path: Path) -> None:
+    """`serve run --non-blocking` of `config_path` on the cluster at `address`, tried again
+    if it fails: on a busy machine Serve's HTTP proxies can miss its fixed 60 s to start
+    (a CI run's exit status 1). Trying again is safe: a second run finds the Serve already
+    started and deploys the same config. The last failure names the log's end."""
+    for attempt in range(1, SERVE_RUN_ATTEMPTS + 1):
+        with open(log_path, "a") as log:
+            done = subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", address, str(config_path)],
+                                  env=os.environ, stdout=log, stderr=subprocess.STDOUT, timeout=300)
+        if done.returncode == 0:
+            return
+        if attempt < SERVE_RUN_ATTEMPTS:
+            with open(log_path, "a") as log:
+                log.write(f"\nwattwise tests: serve run attempt {attempt} failed (exit {done.returncode}); again\n")
+    tail = "\n".join(log_path.read_text().splitlines()[-30:])
+    raise RuntimeError(f"serve run failed {SERVE_RUN_ATTEMPTS} times; the end of {log_path}:\n{tail}")
 
 
 def under_load(send: Callable[[], None], clients: int, until: Callable[[], bool], timeout_s: float) -> bool:

@@ -43,7 +43,7 @@ import yaml
 
 from core.paths import SERVE_CONFIG
 from tests.factories import APP, INTERACTIVE_KEY, quick_config
-from tests.live_app import wait_for
+from tests.live_app import serve_run, wait_for
 from wattwise.local_serve import _bin, free_port
 
 # Ray's AutoscalingCluster ends with `ray stop --force`, which ends every Ray on the machine.
@@ -171,9 +171,7 @@ class FakeCloud:
         wait_for(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], DEADLINE_S, "min_workers GPU nodes")
         config_path = self.workdir / "serve_config.yaml"
         config_path.write_text(yaml.safe_dump(serve_config(self.http_port), sort_keys=False))
-        with open(self.workdir / "serve.log", "a") as log:
-            subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.address, str(config_path)],
-                           env=os.environ, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=300)
+        serve_run(self.address, config_path, self.workdir / "serve.log")
         wait_for(self.ready, DEADLINE_S, "the app to start on the fake cluster")
 
     def gpu_nodes(self) -> dict[str, dict[str, float]]:

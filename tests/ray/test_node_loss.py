@@ -36,7 +36,7 @@ import pytest
 import yaml
 
 from tests.factories import INTERACTIVE_KEY, quick_config
-from tests.live_app import wait_for
+from tests.live_app import serve_run, wait_for
 from wattwise.ingress_mode import DEFAULT_INGRESS
 from wattwise.local_serve import (
     SERVE_CONFIG,
@@ -155,10 +155,7 @@ class LiveCluster:
             self.config_path = self.workdir / "serve_config.yaml"
             self.config_path.write_text(yaml.safe_dump(self._config(), sort_keys=False))
             self._pin_plan_store_to_a_worker()
-            with open(self.workdir / "serve.log", "a") as log:
-                subprocess.run([_bin("serve"), "run", "--non-blocking", "-a", self.cluster.address,
-                                str(self.config_path)], env=os.environ, stdout=log, stderr=subprocess.STDOUT,
-                               check=True, timeout=300)
+            serve_run(self.cluster.address, self.config_path, self.workdir / "serve.log")
             wait_for(self._started, 600, "the app to start on the cluster", poll_s=0.5)
         except BaseException:  # a cluster that never served must not outlive the test, nor its driver
             self.shutdown()
