@@ -68,6 +68,12 @@ def ingress_ports_env(stats_port: int, metrics_port: int, fallback_http_port: in
 PORT_WINDOWS = 50
 PORT_WINDOW_SIZE = 100
 HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral range and Serve's defaults
+# A cluster's own fixed ports (HTTP, GCS, dashboard, HAProxy's stats...) come from its window
+# too, above the kernel's ephemeral range: a port picked free inside that range can become
+# any process's outgoing connection before Ray or HAProxy binds it (a CI run's HAProxy found
+# its stats port so taken, beside clusters making thousands of gRPC connections).
+FIXED_PORTS_PER_WINDOW = 16
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # A start fails when another process takes a port first, or when `ray start` gives up on its
 # raylet (Ray waits a fixed 30 s for it to register: a busy machine misses that now and then).
 START_ATTEMPTS = 3
@@ -101,6 +107,19 @@ class PortWindow:
                 "RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT": str(http + PORT_WINDOW_SIZE - 1),
                 "RAY_SERVE_DIRECT_INGRESS_MIN_GRPC_PORT": str(grpc),
                 "RAY_SERVE_DIRECT_INGRESS_MAX_GRPC_PORT": str(grpc + PORT_WINDOW_SIZE - 1)}
+
+    def fixed_ports(self, n: int) -> list[int]:
+        """`n` ports of this window's own above the ephemeral range, or, where the range
+        leaves no room for the windows there, `n` picked free (as before windows had any)."""
+        assert n <= FIXED_PORTS_PER_WINDOW, n
+        try:
+            ephemeral_top = int(EPHEMERAL_RANGE.read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            return free_ports(n)
+        start = ephemeral_top + 1 + self.index * FIXED_PORTS_PER_WINDOW
+        if ephemeral_top + 1 + PORT_WINDOWS * FIXED_PORTS_PER_WINDOW > 65535:
+            return free_ports(n)
+        return list(range(start, start + n))
 
     def release(self) -> None:
         self._handle.close()
@@ -151,7 +170,7 @@ class LocalServe:
         """Pick this cluster's ports and write the config and environment that carry them.
         Every port this cluster binds is its own, so that two clusters (two test runs, a demo
         beside a test) can share a machine: Ray's and HAProxy's defaults are fixed numbers."""
-        self._own_ports = free_ports(10)
+        self._own_ports = self._ports.fixed_ports(10)
         (self.http_port, self.metrics_port, self.gcs_port, self.dashboard_port, self._client_port,
          self._agent_port) = self._own_ports[:6]
         config = copy.deepcopy(self._config_source)
@@ -206,9 +225,9 @@ class LocalServe:
             subprocess.run(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, check=True, timeout=timeout)
 
     def start(self, timeout_s: float = 240) -> Self:
-        """Start the cluster and the app, again on fresh ports if a try fails: a port picked
-        free can be taken by another process before Ray or HAProxy binds it (1 in ~6 CI runs
-        that shared the machine with other clusters), and `ray start` can time out."""
+        """Start the cluster and the app, again on fresh ports (another window's) if a try
+        fails: a process may have bound one of this window's ports, and `ray start` can
+        time out on a busy machine."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout_s)
@@ -218,6 +237,8 @@ class LocalServe:
                     raise
                 with open(self.log_path, "a") as log:
                     log.write(f"\nwattwise: start attempt {attempt} failed ({err!r}); again on fresh ports\n")
+                stale, self._ports = self._ports, PortWindow()  # another window first: its ports differ
+                stale.release()
                 self._assign_ports()
         raise AssertionError("unreachable")
 

@@ -42,7 +42,6 @@ from wattwise.local_serve import (
     SERVE_CONFIG,
     PortWindow,
     _bin,
-    free_ports,
     haproxy_pids,
     ingress_ports_env,
     stop_haproxy,
@@ -136,8 +135,8 @@ class LiveCluster:
         self.workdir.mkdir(exist_ok=True)
         # Ports of its own, for the nodes it starts (they take this process's environment, set
         # back at shutdown): another cluster may share the machine (another test run's, a demo).
-        self.http_port, *ingress_ports = free_ports(5)
         self._window = PortWindow()
+        self.http_port, *ingress_ports = self._window.fixed_ports(5)
         self._env = pytest.MonkeyPatch()
         for key, value in {**ingress_ports_env(*ingress_ports), **self._window.env}.items():
             self._env.setenv(key, value)

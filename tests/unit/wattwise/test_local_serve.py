@@ -9,7 +9,15 @@ from pathlib import Path
 import psutil
 
 from tests.live_app import wait_for
-from wattwise.local_serve import LocalServe, PortWindow, free_ports, haproxy_pids, session_of, stop_haproxy
+from wattwise.local_serve import (
+    EPHEMERAL_RANGE,
+    LocalServe,
+    PortWindow,
+    free_ports,
+    haproxy_pids,
+    session_of,
+    stop_haproxy,
+)
 
 # What a Ray worker does before it starts HAProxy: a process group of its own.
 OWN_GROUP = f"{sys.executable} -c 'import os, time; os.setpgrp(); time.sleep(600)'"
@@ -70,8 +78,13 @@ def test_clusters_get_disjoint_replica_port_windows_until_one_is_released(tmp_pa
                int(w.env["RAY_SERVE_DIRECT_INGRESS_MAX_HTTP_PORT"])) for w in (first, second)]
     assert ranges[0][1] < ranges[1][0]  # disjoint
     assert ranges[0][1] < 30000 and ranges[1][1] < 30000  # below Serve's default range and the ephemeral ports
+    fixed = [set(w.fixed_ports(10)) for w in (first, second)]
+    assert not fixed[0] & fixed[1] and len(fixed[0]) == 10
+    ephemeral_top = int(EPHEMERAL_RANGE.read_text().split()[1])
+    assert min(fixed[0] | fixed[1]) > ephemeral_top  # no outgoing connection can hold one
     first.release()
     third = PortWindow(tmp_path)
     assert third.index == first.index != second.index
+    assert set(third.fixed_ports(10)) == fixed[0]
     second.release()
     third.release()
