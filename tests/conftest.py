@@ -2,8 +2,8 @@
 app, one at a time within a run), tests/vllm/ (run vLLM; skipped without the [cpu] or [gpu]
 extra). A run collects them in that order, so a pure failure shows first, and marks them:
 `-m ray` / `-m vllm` select a tier, `tests/unit` is the quick loop. Two runs may share a
-machine (.ci/run runs the Ray tier beside the others), except for tests marked machine_wide
-(tests/ray/test_machine_autoscaling.py ends every Ray on the machine)."""
+machine (.ci/run runs the Ray tier beside the others): every cluster a test starts binds
+ports of its own and ends only its own processes."""
 
 from __future__ import annotations
 

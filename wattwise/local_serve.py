@@ -359,12 +359,7 @@ class LocalServe:
         (`ray stop --force` ends every Ray on the machine, misses Serve's HAProxy, and waits
         for the init process to reap each kind of process in turn: seconds per stop.)"""
         if self._session is not None:
-            deadline = time.monotonic() + timeout_s
-            while (running := _running_in_session(self._session)) and time.monotonic() < deadline:
-                for proc in running:  # again while any runs: a process may fork as it is killed
-                    with contextlib.suppress(psutil.Error):
-                        proc.kill()
-                time.sleep(0.1)
+            end_session(self._session, timeout_s)
             self._session = None
         if release_ports:
             self._ports.release()  # after the replicas that bound its ports are gone
@@ -389,6 +384,17 @@ def session_of(pid: int) -> int | None:
         return os.getsid(pid)
     except ProcessLookupError:
         return None
+
+
+def end_session(session: int, timeout_s: float = 60) -> None:
+    """SIGKILL to every process of `session` until none runs (or `timeout_s` passed): a
+    cluster started in a session of its own ends alone, other clusters on the machine run on."""
+    deadline = time.monotonic() + timeout_s
+    while (running := _running_in_session(session)) and time.monotonic() < deadline:
+        for proc in running:  # again while any runs: a process may fork as it is killed
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        time.sleep(0.1)
 
 
 def _running_in_session(session: int) -> list[psutil.Process]:

@@ -1,6 +1,6 @@
 """A local Ray cluster with the app from serve_config.yaml (tests.factories.quick_config), per
 test module that asks for `served`. Each binds ports of its own (wattwise.local_serve), so
-another run's clusters may share the machine; only tests marked machine_wide may not."""
+another run's clusters may share the machine."""
 
 from collections.abc import Iterator
 

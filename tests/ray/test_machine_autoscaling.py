@@ -21,8 +21,11 @@ STRICT_PACK), so each replica takes a whole 8-GPU node. Then:
    node with fewest replicas (the added one), and that idle node is removed, back to
    cluster.yaml's min_workers.
 
-    flock /tmp/ray.lock env RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \\
+    env RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \\
         .venv/bin/python -m pytest -q tests/ray/test_machine_autoscaling.py
+
+The fake head runs in a session of its own, ended alone (not Ray's `ray stop --force`): other
+clusters on the machine run on, so .ci/run runs this module beside the others.
 """
 
 from __future__ import annotations
@@ -34,8 +37,10 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import httpx
 import pytest
@@ -44,10 +49,9 @@ import yaml
 from core.paths import SERVE_CONFIG
 from tests.factories import APP, INTERACTIVE_KEY, quick_config
 from tests.live_app import serve_run, wait_for
-from wattwise.local_serve import _bin, free_port
+from wattwise.local_serve import PortWindow, end_session, ingress_ports_env
 
-# Ray's AutoscalingCluster ends with `ray stop --force`, which ends every Ray on the machine.
-pytestmark = [pytest.mark.ray, pytest.mark.machine_wide]
+pytestmark = pytest.mark.ray
 
 ROOT = Path(__file__).resolve().parents[2]
 POOL = "long"  # serve_config.gpu.yaml's TP8 pool: one replica fills one 8-GPU node
@@ -92,13 +96,21 @@ FAKE_BASE_CONFIG: dict[str, Any] = {
 }
 
 
-def autoscaling_cluster(cluster: dict[str, Any]) -> Any:
-    """An AutoscalingCluster of cluster.yaml's node types (its config built here: see FAKE_BASE_CONFIG)."""
+def autoscaling_cluster(cluster: dict[str, Any], ports: HeadPorts) -> Any:
+    """An AutoscalingCluster of cluster.yaml's node types (its config built here: see
+    FAKE_BASE_CONFIG), its head on `ports`: Ray's defaults (6379, 8265, the agent's 52365)
+    may be another test's cluster's."""
+    from ray import cluster_utils
+    from ray._private.services import get_node_ip_address
     from ray.cluster_utils import AutoscalingCluster
 
     head, workers = fake_node_types(cluster)
+    gcs_address = f"{get_node_ip_address()}:{ports.gcs}"
 
     class _Cluster(AutoscalingCluster):
+        session: int | None = None  # the head's, once started: every process of this cluster's
+        gcs_address: str  # the head's GCS (set below: a class body does not see this function's names)
+
         def _generate_config(self, head_resources: dict[str, Any], worker_node_types: dict[str, Any],
                              autoscaler_v2: bool = False, **config_kwargs: Any) -> dict[str, Any]:
             config = copy.deepcopy(FAKE_BASE_CONFIG)
@@ -106,11 +118,52 @@ def autoscaling_cluster(cluster: dict[str, Any]) -> Any:
                 **worker_node_types,
                 "ray.head.default": {"resources": dict(head_resources), "node_config": {}, "max_workers": 0}}
             config.update(config_kwargs)
+            config["provider"]["gcs_address"] = gcs_address  # where the launched workers join
             return config
 
+        def start(self, _system_config: Any = None, override_env: dict[str, str] | None = None) -> None:
+            """Ray's start without the `ray stop --force` it runs first (which ends every Ray
+            on the machine), its head in a session of its own: the workers the autoscaler
+            launches are the monitor's children, in that session, and `shutdown` ends it
+            alone, so other tests' clusters may share the machine."""
+            def run(cmd: list[str], env: dict[str, str] | None = None) -> int:
+                if cmd[:2] == ["ray", "stop"]:
+                    return 0
+                head = subprocess.Popen([*cmd, *ports.flags], env=env, start_new_session=True)
+                self.session = head.pid
+                if head.wait(timeout=180) != 0:
+                    raise subprocess.CalledProcessError(head.returncode, cmd)
+                return 0
+
+            with mock.patch.object(cluster_utils.subprocess, "check_call", run):
+                super().start(_system_config, override_env)
+
+        def shutdown(self) -> None:
+            if self.session is not None:
+                end_session(self.session, timeout_s=120)
+                self.session = None
+
+    _Cluster.gcs_address = gcs_address
     return _Cluster(head_resources=head, worker_node_types=workers,
                     max_workers=sum(w["max_workers"] for w in workers.values()),
                     upscaling_speed=cluster["upscaling_speed"], idle_timeout_minutes=IDLE_TIMEOUT_MIN)
+
+
+@dataclass(frozen=True)
+class HeadPorts:
+    """The fake head's ports, its window's own (wattwise.local_serve.PortWindow)."""
+
+    gcs: int
+    dashboard: int
+    agent: int
+    client: int
+    metrics: int
+
+    @property
+    def flags(self) -> list[str]:
+        return [f"--port={self.gcs}", f"--dashboard-port={self.dashboard}",
+                f"--dashboard-agent-listen-port={self.agent}", f"--ray-client-server-port={self.client}",
+                f"--metrics-export-port={self.metrics}"]
 
 
 def gpu_pool_resources() -> tuple[dict[str, Any], dict[str, Any]]:
@@ -160,19 +213,29 @@ class FakeCloud:
                                            if t["resources"].get("GPU", 0) > 0)
         self.workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"wattwise-machines-{os.getpid()}"
         self.workdir.mkdir(exist_ok=True)
-        self.http_port = free_port()
+        # Every port the cluster binds is its own (Serve's ingress ones included): another
+        # test's cluster may share the machine.
+        self._window = PortWindow()
+        self.http_port, *head_ports, stats, metrics, fallback_http, fallback_grpc = self._window.fixed_ports(10)
         self.added: set[str] = set()  # GPU nodes the autoscaler added under load
-        self.cluster = autoscaling_cluster(self.cluster_config)
-        self.cluster.start()
-        if ray.is_initialized():  # a driver an earlier module left connected
-            ray.shutdown()
-        ray.init(address="auto", namespace="wattwise-tests", log_to_driver=False)
-        self.address = ray.get_runtime_context().gcs_address
-        wait_for(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], DEADLINE_S, "min_workers GPU nodes")
-        config_path = self.workdir / "serve_config.yaml"
-        config_path.write_text(yaml.safe_dump(serve_config(self.http_port), sort_keys=False))
-        serve_run(self.address, config_path, self.workdir / "serve.log")
-        wait_for(self.ready, DEADLINE_S, "the app to start on the fake cluster")
+        self.cluster = autoscaling_cluster(self.cluster_config, HeadPorts(*head_ports))
+        try:
+            self.cluster.start(override_env={**ingress_ports_env(stats, metrics, fallback_http, fallback_grpc),
+                                             **self._window.env})
+            if ray.is_initialized():  # a driver an earlier module left connected
+                ray.shutdown()
+            # The head's address, not "auto": that is whichever cluster on the machine started last.
+            self.address = self.cluster.gcs_address
+            ray.init(address=self.address, namespace="wattwise-tests", log_to_driver=False)
+            wait_for(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], DEADLINE_S,
+                     "min_workers GPU nodes")
+            config_path = self.workdir / "serve_config.yaml"
+            config_path.write_text(yaml.safe_dump(serve_config(self.http_port), sort_keys=False))
+            serve_run(self.address, config_path, self.workdir / "serve.log")
+            wait_for(self.ready, DEADLINE_S, "the app to start on the fake cluster")
+        except BaseException:  # a cluster that never served must not outlive the test
+            self.shutdown()
+            raise
 
     def gpu_nodes(self) -> dict[str, dict[str, float]]:
         """Alive nodes with GPUs: {node id: resources}."""
@@ -201,6 +264,7 @@ class FakeCloud:
 
         ray.shutdown()
         self.cluster.shutdown()
+        self._window.release()  # after the processes that bound its ports are gone
 
 
 class Load:
@@ -244,15 +308,11 @@ def cloud() -> Iterator[FakeCloud]:
                        "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30"})
     # AutoscalingCluster runs `ray` from PATH: this interpreter's.
     os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    cloud = None
+    cloud = FakeCloud()
     try:
-        cloud = FakeCloud()
         yield cloud
     finally:
-        if cloud is not None:
-            cloud.shutdown()
-        else:
-            subprocess.run([_bin("ray"), "stop", "--force"], capture_output=True, timeout=120, check=False)
+        cloud.shutdown()
 
 
 def test_node_types_come_from_cluster_yaml() -> None:
