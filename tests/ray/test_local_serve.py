@@ -22,6 +22,8 @@ def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves
     with contextlib.ExitStack() as stack:
         for port in taken:
             thief = stack.enter_context(socket.socket())
+            # As servers bind: the window's last cluster may have left connections in TIME_WAIT.
+            thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             thief.bind(("0.0.0.0", port))
             thief.listen()
         with local:

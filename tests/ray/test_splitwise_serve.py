@@ -7,6 +7,7 @@ HTTP (GET /admin/splitwise): a Serve handle in this process would leave router t
 behind that auto-start a stray Ray after the cluster stops.
 """
 
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -77,17 +78,19 @@ def test_phases_run_on_their_pools_and_kv_moves_or_is_recomputed(served: LocalSe
     with ThreadPoolExecutor(4) as pool:
         results = list(pool.map(one, range(24)))
     assert all(tokens == 8 for tokens, _ in results)
+    # Each response says how its token replica got the KV.
+    kv_seen = Counter(kv for _, kv in results)
+    assert kv_seen["object_store"] > 0, kv_seen
+    assert kv_seen["recomputed"] > 0, kv_seen  # dropped transfers, recomputed on the token side
 
-    # The ingress tells the coordinator a phase finished without waiting for it (fire and forget):
-    # the last requests' outcomes may land just after their responses.
-    def kv_outcomes() -> dict[str, int]:
-        return _coordinator_stats(served)["counts"]
+    # The ingress tells the coordinator each outcome without waiting for it (fire and forget):
+    # the last ones may land just after their responses, later still on a loaded machine.
+    told = 1 + 1 + sum(1 for _, kv in results if kv)  # the first request, the stream and these
+    def counted() -> int:
+        return sum(n for event, n in _coordinator_stats(served)["counts"].items() if event.startswith("kv_"))
 
-    wait_for(lambda: sum(n for event, n in kv_outcomes().items() if event.startswith("kv_")) >= 26, 60,
-             "every request's KV outcome counted by the coordinator")
-    counts = kv_outcomes()
-    assert counts["kv_object_store"] > 0, counts
-    assert counts["kv_recomputed"] > 0, counts  # dropped transfers, recomputed on the token side
+    wait_for(lambda: counted() >= told, 180,
+             f"the coordinator to count the {told} KV outcomes the responses report ({kv_seen})")
 
 
 def test_a_burst_overflows_into_the_mixed_pool(served: LocalServe) -> None:
