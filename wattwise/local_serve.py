@@ -116,9 +116,9 @@ class PortWindow:
             ephemeral_top = int(EPHEMERAL_RANGE.read_text().split()[1])
         except (OSError, IndexError, ValueError):
             return free_ports(n)
-        start = ephemeral_top + 1 + self.index * FIXED_PORTS_PER_WINDOW
         if ephemeral_top + 1 + PORT_WINDOWS * FIXED_PORTS_PER_WINDOW > 65535:
             return free_ports(n)
+        start = ephemeral_top + 1 + self.index * FIXED_PORTS_PER_WINDOW
         return list(range(start, start + n))
 
     def release(self) -> None:

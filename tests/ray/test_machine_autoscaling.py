@@ -101,15 +101,12 @@ def autoscaling_cluster(cluster: dict[str, Any], ports: HeadPorts) -> Any:
     FAKE_BASE_CONFIG), its head on `ports`: Ray's defaults (6379, 8265, the agent's 52365)
     may be another test's cluster's."""
     from ray import cluster_utils
-    from ray._private.services import get_node_ip_address
     from ray.cluster_utils import AutoscalingCluster
 
     head, workers = fake_node_types(cluster)
-    gcs_address = f"{get_node_ip_address()}:{ports.gcs}"
 
     class _Cluster(AutoscalingCluster):
         session: int | None = None  # the head's, once started: every process of this cluster's
-        gcs_address: str  # the head's GCS (set below: a class body does not see this function's names)
 
         def _generate_config(self, head_resources: dict[str, Any], worker_node_types: dict[str, Any],
                              autoscaler_v2: bool = False, **config_kwargs: Any) -> dict[str, Any]:
@@ -118,7 +115,7 @@ def autoscaling_cluster(cluster: dict[str, Any], ports: HeadPorts) -> Any:
                 **worker_node_types,
                 "ray.head.default": {"resources": dict(head_resources), "node_config": {}, "max_workers": 0}}
             config.update(config_kwargs)
-            config["provider"]["gcs_address"] = gcs_address  # where the launched workers join
+            config["provider"]["gcs_address"] = ports.gcs_address  # where the launched workers join
             return config
 
         def start(self, _system_config: Any = None, override_env: dict[str, str] | None = None) -> None:
@@ -143,7 +140,6 @@ def autoscaling_cluster(cluster: dict[str, Any], ports: HeadPorts) -> Any:
                 end_session(self.session, timeout_s=120)
                 self.session = None
 
-    _Cluster.gcs_address = gcs_address
     return _Cluster(head_resources=head, worker_node_types=workers,
                     max_workers=sum(w["max_workers"] for w in workers.values()),
                     upscaling_speed=cluster["upscaling_speed"], idle_timeout_minutes=IDLE_TIMEOUT_MIN)
@@ -158,6 +154,12 @@ class HeadPorts:
     agent: int
     client: int
     metrics: int
+
+    @property
+    def gcs_address(self) -> str:
+        from ray._private.services import get_node_ip_address
+
+        return f"{get_node_ip_address()}:{self.gcs}"
 
     @property
     def flags(self) -> list[str]:
@@ -218,14 +220,15 @@ class FakeCloud:
         self._window = PortWindow()
         self.http_port, *head_ports, stats, metrics, fallback_http, fallback_grpc = self._window.fixed_ports(10)
         self.added: set[str] = set()  # GPU nodes the autoscaler added under load
-        self.cluster = autoscaling_cluster(self.cluster_config, HeadPorts(*head_ports))
+        ports = HeadPorts(*head_ports)
+        self.cluster = autoscaling_cluster(self.cluster_config, ports)
         try:
             self.cluster.start(override_env={**ingress_ports_env(stats, metrics, fallback_http, fallback_grpc),
                                              **self._window.env})
             if ray.is_initialized():  # a driver an earlier module left connected
                 ray.shutdown()
             # The head's address, not "auto": that is whichever cluster on the machine started last.
-            self.address = self.cluster.gcs_address
+            self.address = ports.gcs_address
             ray.init(address=self.address, namespace="wattwise-tests", log_to_driver=False)
             wait_for(lambda: len(self.gpu_nodes()) >= self.gpu_node["min_workers"], DEADLINE_S,
                      "min_workers GPU nodes")
