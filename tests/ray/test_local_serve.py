@@ -4,6 +4,7 @@ more start on fresh ports, not a failed test run. A config the app refuses ends 
 at once with the app's own error, not after three timed-out starts."""
 
 import contextlib
+import errno
 import socket
 
 import httpx
@@ -24,7 +25,12 @@ def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves
             thief = stack.enter_context(socket.socket())
             # As servers bind: the window's last cluster may have left connections in TIME_WAIT.
             thief.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            thief.bind(("0.0.0.0", port))
+            try:
+                thief.bind(("0.0.0.0", port))
+            except OSError as err:  # another process holds it already (2 of 3 CI runs): taken all the same
+                if err.errno != errno.EADDRINUSE:
+                    raise
+                continue
             thief.listen()
         with local:
             assert not set(taken) & {local.http_port, int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"])}
