@@ -14,7 +14,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from batching.deadline_order import deadline_insert_index
+from batching.deadline_order import deadline_insert_index, yields_to_waiting_head
 from batching.step_budget import tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
@@ -334,12 +334,12 @@ class ContinuousBatcher:
             end = deadline_insert_index(map(_fresh_due_s, self.waiting), _ttft_due_s(seq), end)
         self.waiting.insert(end, seq)
 
-    def _head_due_s(self) -> float:
+    def _head_due_s(self) -> float | None:
         """With prefill_by_ttft_deadline, the TTFT deadline of the first waiting prompt when it
-        is a fresh one: running prompts due later yield their chunks to it. Else infinity."""
+        is a fresh one: running prompts due later yield their chunks to it. Else None."""
         if self.config.prefill_by_ttft_deadline and self.waiting and _fresh(self.waiting[0]):
             return _ttft_due_s(self.waiting[0])
-        return math.inf
+        return None
 
     def prefill_queue(self) -> list[Sequence]:
         """The sequences still to prefill, in the order this batcher prefills them."""
@@ -355,7 +355,8 @@ class ContinuousBatcher:
         before the queue), and the rest (after it)."""
         by_deadline = sorted(prefilling, key=_ttft_due_s)
         head_due_s = self._head_due_s()
-        ahead = next((i for i, s in enumerate(by_deadline) if _ttft_due_s(s) > head_due_s), len(by_deadline))
+        ahead = next((i for i, s in enumerate(by_deadline) if yields_to_waiting_head(_ttft_due_s(s), head_due_s)),
+                     len(by_deadline))
         return by_deadline[:ahead], by_deadline[ahead:]
 
     def _prefill_running(self, seqs: list[Sequence], chunks: list[tuple[Sequence, int]], budget: int) -> int:

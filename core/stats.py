@@ -41,7 +41,8 @@ class ReplicaStats:
     per_step_clock: bool = False
     # Prompts prefill in TTFT-deadline order, each step at most this long at the clock it runs
     # (the batcher's step_time_target_s): a prompt waits for one such step of a prompt due
-    # later, not its whole prefill. 0: in arrival order (vLLM's default scheduler). A float,
+    # later, not its whole prefill (a vLLM replica: its measured inter-token gap). 0: in arrival
+    # order (vLLM's default scheduler), or nothing measured yet. A float,
     # not None: Serve carries replica stats as flat floats.
     deadline_prefill_step_s: float = 0.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).

@@ -119,8 +119,9 @@ class VllmEngineConfig(BaseModel):
     prefill_by_ttft_deadline: bool = Field(default=False, description=(
         "Prompts wait earliest TTFT deadline first (arrival + target), as the simulated replicas' "
         "prefill_by_ttft_deadline: at the admission gate and in vLLM's own queue (its priority "
-        "scheduling, each request's priority its deadline). Prompts vLLM has started keep their "
-        "chunks (it runs its running requests first). False: arrival order."))
+        "scheduling, each request's priority its deadline), and a prompt vLLM has started sits out "
+        "a step while a fresh waiting prompt due before it starts (engines.vllm_deadline_scheduler). "
+        "False: arrival order, started prompts first."))
     keep_preempted_kv: bool = Field(default=True, description=(
         "With interactive_first and no kv_transfer: a preempted request's KV is kept "
         "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "

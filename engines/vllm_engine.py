@@ -117,6 +117,10 @@ class VllmEngine:
         self.blocks = BlockFiles(kv.storage_path, config.tensor_parallel) if kv and kv.block_files else None
         self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if kv and self.blocks else kv
         vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
+        if config.prefill_by_ttft_deadline:  # started prompts' chunks by deadline too (vLLM picked sync or async)
+            asynchronous = vllm_config.scheduler_config.async_scheduling
+            scheduler = "DeadlineFirstAsyncScheduler" if asynchronous else "DeadlineFirstScheduler"
+            vllm_config.scheduler_config.scheduler_cls = f"engines.vllm_deadline_scheduler.{scheduler}"
         group = None
         if config.executor_backend == "ray":
             import ray
@@ -205,6 +209,8 @@ class VllmEngine:
             pending_prompt_tokens=self._pending_prompt_tokens(),
             pending_decode_tokens=sum(d for _, d in self._pending.values()),
             itl_ewma_s=snap.itl_ewma_s,
+            # A prompt due first waits for the step in flight (vLLM's, about an inter-token gap).
+            deadline_prefill_step_s=snap.itl_ewma_s if self.config.prefill_by_ttft_deadline else 0.0,
             ttft_ewma_s=snap.ttft_ewma_s,
             tokens_per_s=snap.tokens_per_s,
             clock_mhz=self.running_batch.clock_mhz,

@@ -169,3 +169,42 @@ def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: 
     seen = asyncio.run(run())
     assert seen["running"][-1] <= seen["tight"][0], "the request running when both arrived goes on to its end"
     assert seen["tight"][-1] <= seen["loose"][0], "the prompt due first ran (to its end: one at a time) first"
+
+
+def test_with_deadline_order_a_started_prompt_yields_its_chunks_to_a_prompt_due_first(tiny_model: Path) -> None:
+    """A long prompt due in a minute, prefilling 16 tokens a step, lets a short prompt due in
+    a second go ahead of its remaining chunks (engines.vllm_deadline_scheduler): the short one
+    ends before the long one's first token. vLLM alone runs started requests first, so the
+    short prompt would wait out the whole prefill. The long one then finishes; nothing is lost."""
+
+    async def run() -> tuple[dict[str, list[float]], float]:
+        engine = make_engine(tiny_engine_config(tiny_model, max_num_seqs=4, batch_limit=4, max_num_batched_tokens=16,
+                                                prefill_by_ttft_deadline=True))
+        try:
+            assert engine.llm.vllm_config.scheduler_config.scheduler_cls.startswith("engines.vllm_deadline_scheduler.")
+            seen: dict[str, list[float]] = {}
+
+            async def stream(request: Request) -> None:
+                async for _chunk in engine.generate(request):
+                    seen.setdefault(request.request_id, []).append(time.time())
+
+            words = 950 // engine.count_tokens(" items")  # the tiny tokenizer spells words out
+            long = _request(engine, " items" * words, 4, "long", ignore_eos=True)
+            assert 900 < long.prompt_tokens < 1000
+            started = asyncio.ensure_future(stream(long))
+            deadline_s = time.time() + 120
+            while engine.unfinished_in_vllm() < 1:  # inside vLLM: its chunks are being scheduled
+                assert time.time() < deadline_s and not started.done()
+                await asyncio.sleep(0.005)
+            short = dataclasses.replace(_request(engine, PROMPT, 4, "short", ignore_eos=True),
+                                        slo=SLO(ttft_s=1.0, tbt_s=10))
+            await asyncio.gather(started, stream(short))
+            return seen, engine.stats().deadline_prefill_step_s
+        finally:
+            await engine.shutdown()
+
+    seen, step_s = asyncio.run(run())
+    # Its four tokens, not only its first: a step's outputs arrive together, in no set order.
+    assert seen["short"][-1] < seen["long"][0], "the prompt due first went ahead of the started one's chunks"
+    assert len(seen["long"]) >= 1
+    assert step_s > 0, "the replica reports the step a prompt due first waits for (the planner costs it)"

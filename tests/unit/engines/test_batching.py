@@ -3,6 +3,7 @@
 from itertools import pairwise
 
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from batching.deadline_order import yields_to_waiting_head
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
@@ -315,3 +316,12 @@ def test_running_prompts_also_take_their_chunks_by_ttft_deadline() -> None:
     assert [s.request_id for s in b.prefill_queue()] == ["medium", "long"]
     third = b.plan_step(t)
     assert [(s.request_id, n) for s, n in third.prefill_chunks] == [("medium", budget // 2), ("long", budget // 2)]
+
+
+def test_a_started_prompt_yields_only_to_a_fresh_head_due_before_it() -> None:
+    """The rule the batcher's prefill queue and vLLM's deadline scheduler share: a waiter with
+    no due time (requeued, resumed) keeps its place and takes no one's chunks; ties keep order."""
+    assert yields_to_waiting_head(due_s=10.0, head_due_s=1.0)
+    assert not yields_to_waiting_head(due_s=1.0, head_due_s=10.0)
+    assert not yields_to_waiting_head(due_s=1.0, head_due_s=1.0)
+    assert not yields_to_waiting_head(due_s=10.0, head_due_s=None)
