@@ -274,6 +274,7 @@ BENCHES = {
     "soak": "bench.soak:main",
     "vllm-overhead": "bench.vllm_overhead:main",
     "vllm-split": "bench.vllm_split:main",
+    "vllm-deadline-order": "bench.vllm_deadline_order:main",
     "vllm-client": "bench.vllm_client:main",
     "live-vs-sim": "bench.live_vs_sim:main",
     "measured-speed": "bench.measured_speed:main",
