@@ -9,7 +9,9 @@ does (batching.continuous_batcher): decodes first, then started prompts by deadl
 started prompt sits out the step while a fresh waiting prompt due before it is scheduled
 (batching.deadline_order.yields_to_waiting_head), so the short prompt waits for one step of
 the long one. vLLM fills the step's budget with the waiting prompts; the simulated batcher
-would give what they leave to the yielding chunks, here those resume the step after.
+would give what they leave to the yielding chunks, here those resume the step after. A head
+that does not start in the step they sat out for (its KV not free yet) waits like any other:
+they do not sit out for it again.
 
 It wraps `schedule()` rather than rewriting it: the yielding requests leave the running list
 for the call (keeping their KV blocks), and the step's running-request limits shrink by as
@@ -38,6 +40,7 @@ class _DeadlineFirst:
     waiting: Any
     max_num_running_reqs: int
     max_num_active_reqs: int
+    _yielded_to: str | None = None  # the waiting head prompts last sat out for
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         self.running.sort(key=_decodes_then_by_deadline)
@@ -60,12 +63,18 @@ class _DeadlineFirst:
 
     def _yielding(self) -> list[Request]:
         """Running prompts with chunks still to prefill that the waiting head is due before,
-        when the engine has room to start it."""
+        when the engine has room to start it. Once per head: a head that did not start when
+        they sat out (its KV not free yet) does not stall them step after step."""
         if not self.waiting or len(self.running) >= self.max_num_active_reqs:
             return []
         head = self.waiting.peek_request()
+        if head.request_id == self._yielded_to:
+            return []
         head_due = head.priority if head.num_output_tokens == 0 else None  # a resumed request keeps its place
-        return [r for r in self.running if r.is_prefill_chunk and yields_to_waiting_head(r.priority, head_due)]
+        yielding = [r for r in self.running if r.is_prefill_chunk and yields_to_waiting_head(r.priority, head_due)]
+        if yielding:
+            self._yielded_to = head.request_id
+        return yielding
 
 
 def _decodes_then_by_deadline(request: Request) -> tuple[bool, int]:
