@@ -52,7 +52,7 @@ def _serve(argv: list[str]) -> int:
     try:
         return child.wait()
     finally:
-        stop_haproxy(haproxy_pids() - running_before)
+        stop_haproxy(lambda: haproxy_pids() - running_before)
 
 
 def _calibrate(argv: list[str]) -> int:

@@ -417,9 +417,15 @@ def haproxy_pids(node_ids: list[str] | None = None) -> set[int]:
             if node_ids is None or any(f"/{node_id}/" in line for node_id in node_ids)}
 
 
-def stop_haproxy(pids: set[int]) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
+def stop_haproxy(find: Callable[[], set[int]], timeout_s: float = 60) -> None:
+    """SIGKILL to the HAProxy processes `find` returns (`haproxy_pids`), again until it returns
+    none (or `timeout_s` passed): Serve reloads HAProxy by starting a new process, and one
+    started as the others die would hold the cluster's ports after it is gone."""
+    deadline = time.monotonic() + timeout_s
+    while (pids := find()) and time.monotonic() < deadline:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 

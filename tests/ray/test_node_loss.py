@@ -296,13 +296,8 @@ class LiveCluster:
         node_ids = [node.node_id for node in self.cluster.list_all_nodes()]
         ray.shutdown()
         self.cluster.shutdown()
-        # Its head's HAProxy outlives the raylets (other clusters' do not stop). Again until none
-        # is left: Serve reloads HAProxy by starting a new one, which may come as the old ones
-        # die, and would hold the window's HTTP port after it is given back.
-        deadline_s = time.monotonic() + 60
-        while (left := haproxy_pids(node_ids)) and time.monotonic() < deadline_s:
-            stop_haproxy(left)
-            time.sleep(0.2)
+        # Its head's HAProxy outlives the raylets; other clusters' do not stop.
+        stop_haproxy(lambda: haproxy_pids(node_ids))
         self._give_back_ports()
 
     def _give_back_ports(self) -> None:

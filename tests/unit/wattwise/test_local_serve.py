@@ -56,7 +56,7 @@ def test_a_process_running_the_bundled_haproxy_is_found_and_stopped_but_not_a_sh
     try:
         found = haproxy_pids()
         assert stand_in.pid in found and shell.pid not in found
-        stop_haproxy({stand_in.pid})
+        stop_haproxy(lambda: haproxy_pids() & {stand_in.pid})
         wait_for(lambda: stand_in.poll() is not None, 60, "the stand-in to die", poll_s=0.05)
         assert stand_in.pid not in haproxy_pids() and shell.poll() is None
     finally:
