@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,9 +63,16 @@ def _engine(model_dir: Path, by_deadline: bool, step_tokens: int) -> VllmEngine:
 
 
 def _request(engine: VllmEngine, rid: str, long: bool) -> Request:
-    text = " items" * (LONG_TOKENS // engine.count_tokens(" items")) if long else "Return the number of items in the"
-    return Request(rid, engine.count_tokens(text), OUTPUT_TOKENS, time.time(), LONG_SLO if long else SHORT_SLO,
+    text, tokens = _prompt(engine, long)
+    return Request(rid, tokens, OUTPUT_TOKENS, time.time(), LONG_SLO if long else SHORT_SLO,
                    prompt_text=text, sampling=Sampling(temperature=0.0, ignore_eos=True))
+
+
+@functools.cache
+def _prompt(engine: VllmEngine, long: bool) -> tuple[str, int]:
+    """A long or short prompt's text and tokens, tokenized once (not on the replay's path)."""
+    text = " items" * (LONG_TOKENS // engine.count_tokens(" items")) if long else "Return the number of items in the"
+    return text, engine.count_tokens(text)
 
 
 async def _times_s(engine: VllmEngine, request: Request) -> tuple[float, float]:
