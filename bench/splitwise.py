@@ -7,9 +7,9 @@ conversation traces in the simulator.
 The budget is the provisioned power of `--budget-h100` DGX-H100s (Table V: 1.75x a
 DGX-A100's 6.5 kW); each design gets the most machines that fit under it (baseline-H100:
 8 H, baseline-A100: 14 A), and for split designs every prompt/token split that fills it is
-tried. Throughput at SLO is the highest Poisson request
-rate (sizes drawn from the trace, as the paper's §V-B does) at which all nine Table VI
-slowdown SLOs hold, found by bisection on the rate to 5%. All rows of a trace come from the
+tried. Throughput at SLO is the highest Poisson request rate (sizes drawn from the trace, as
+the paper's §V-B does) at which all nine Table VI slowdown SLOs hold, found by bisection on
+the rate to 5%. All rows of a trace come from the
 same workloads; ratios are vs baseline-H100 and vs the mixed pool of the design's own
 prompt machines. Machines are whole DGXs, so a small budget leaves split designs a coarse
 choice of splits (conv's HHcap: 1.06x at 8, 1.19x at 16, 1.36x at 40; docs/splitwise.md):

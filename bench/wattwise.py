@@ -231,11 +231,12 @@ def splitwise_headline(duration_s: float, seed: int, jobs: int) -> list[str]:
     experiment, not a row."""
     from bench.splitwise import PAPER_BUDGET_H100, searches
 
-    found = searches(["code", "conv"], ["base-H", "HH", "HHcap"], duration_s, seed, PAPER_BUDGET_H100, jobs)
+    traces, split_designs = ["code", "conv"], ["HH", "HHcap"]
+    found = searches(traces, ["base-H", *split_designs], duration_s, seed, PAPER_BUDGET_H100, jobs)
     out = []
-    for trace in ("code", "conv"):
+    for trace in traces:
         base = found[(trace, "base-H")].best
-        split = [o for d in ("HH", "HHcap") if (o := found[(trace, d)].best) is not None]
+        split = [o for d in split_designs if (o := found[(trace, d)].best) is not None]
         if base is None or not split:
             out.append(f"  MISSED Splitwise alone on {trace}: a design meets the SLOs at no rate tried")
             continue
@@ -313,8 +314,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--plot-dir", type=Path, default=None)
     p.add_argument("--splitwise-headline", action="store_true", help=(
         "also run Splitwise's iso-power throughput search on code and conv at the paper's budget (~30 min "
-        "on 2 cores): its headline "
-        "is its own experiment; Chiron's and throttLL'eM's come from the workloads' rows"))
+        "on 2 cores): its headline is its own experiment; Chiron's and throttLL'eM's come from the "
+        "workloads' rows"))
     args = p.parse_args(argv)
     names = args.workloads.split(",")
     chosen = ["singlepool", *(p for p in args.policies.split(",") if p != "singlepool")] if args.policies else None
