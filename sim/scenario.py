@@ -259,13 +259,58 @@ def projection_error(config: SimConfig) -> float | None:
     return config.length_error_p95 if config.length_prediction == "noisy" else 0.0
 
 
-def with_throttllem(setups: list[PoolSetup], config: SimConfig) -> list[PoolSetup]:
+def throttllem_replica_config(config: SimConfig) -> ThrottllemConfig:
+    """throttLL'eM's replica settings for a run: M for the run's model and profile, the run's
+    length error, the rest at their defaults."""
+    return ThrottllemConfig(model=config.model, hardware=config.hardware, profile=config.profile,
+                            length_error=projection_error(config))
+
+
+def with_throttllem(setups: list[PoolSetup], config: SimConfig,
+                    replica: ThrottllemConfig | None = None) -> list[PoolSetup]:
     """Every replica runs throttLL'eM's admission control and per-step clock (inside the
-    band a planner publishes, if one does)."""
-    policies = partial(replica_policies, config=ThrottllemConfig(
-        model=config.model, hardware=config.hardware, profile=config.profile,
-        length_error=projection_error(config)))
+    band a planner publishes, if one does), with `replica`'s settings (None: the run's)."""
+    policies = partial(replica_policies, config=replica or throttllem_replica_config(config))
     return [replace(s, batcher_policies=policies) for s in setups]
+
+
+@dataclass(frozen=True)
+class ThrottllemAlone:
+    """throttLL'eM alone's settings in the simulated benches: the paper's by default (its
+    autoscaler picks among every TP; the clock plans with ThrottllemConfig's headrooms, as the
+    composite's replicas do). `wattwise bench throttllem-engines` varies them."""
+
+    tensor_parallel_options: tuple[int, ...] | None = None  # None: every TP the profile has
+    ttft_headroom: float | None = None  # ThrottllemConfig.ttft_headroom; None: its default
+    slo_headroom: float | None = None  # ThrottllemConfig.slo_headroom; None: its default
+
+    @property
+    def label(self) -> str:
+        tps = "every TP" if self.tensor_parallel_options is None else \
+            "TP" + "/".join(map(str, self.tensor_parallel_options))
+        defaults = ThrottllemConfig()
+        ttft = defaults.ttft_headroom if self.ttft_headroom is None else self.ttft_headroom
+        slo = defaults.slo_headroom if self.slo_headroom is None else self.slo_headroom
+        return f"{tps}, headrooms {ttft:g}/{slo:g}"
+
+
+# What `build("throttllem")` runs: chosen by `wattwise bench throttllem-engines` on the first half
+# hours of conv and code as the most tokens/J meeting the headline on both. No engine below TP4:
+# code's bursts end before a larger one spawns. Its cost, held out: the batch mix's TTFT/TBT SLO
+# (82.6% against the paper's 93.7%), and a cliff next to it there (0.2/0.4: 68% of deadlines).
+THROTTLLEM_ALONE = ThrottllemAlone(tensor_parallel_options=(4, 8), ttft_headroom=0.15, slo_headroom=0.3)
+
+
+def throttllem_alone(setups: list[PoolSetup], config: SimConfig,
+                     alone: ThrottllemAlone = THROTTLLEM_ALONE) -> tuple[list[PoolSetup], ControlPolicy]:
+    """throttLL'eM alone on `setups`: its admission and clock on every replica (and Chiron's layer:
+    batch work yields to interactive work), its engine-size autoscaler over the pools."""
+    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom}
+    replica = throttllem_replica_config(config).model_copy(update={k: v for k, v in changes.items() if v is not None})
+    setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config, replica)]
+    tps = None if alone.tensor_parallel_options is None else list(alone.tensor_parallel_options)
+    return setups, make_policy("throttllem", model=config.model, hardware=config.hardware, profile=config.profile,
+                               tensor_parallel_options=tps)
 
 
 def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
@@ -326,9 +371,7 @@ def build(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)
     if name == "throttllem":
-        # Chiron's layer on every replica: batch work yields to interactive work.
-        setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config)]
-        return setups, make_policy(name, model=config.model, hardware=config.hardware, profile=config.profile)
+        return throttllem_alone(setups, config)
     if not spec.pool_plan_args:
         return setups, make_policy(name)
     kwargs = provisioned_plan(setups, config)

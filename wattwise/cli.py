@@ -267,6 +267,7 @@ BENCHES = {
     "dynamollm": "bench.dynamollm:main",
     "chiron": "bench.chiron:main",
     "throttllem": "bench.throttllem:main",
+    "throttllem-engines": "bench.throttllem_engines:main",
     "splitwise": "bench.splitwise:main",
     "splitwise-serve": "bench.splitwise_serve:main",
     "wattwise": "bench.wattwise:main",

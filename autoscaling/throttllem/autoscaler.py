@@ -46,7 +46,11 @@ class EngineState:
 class ThrottllemAutoscaler:
     def __init__(self, config: ThrottllemScalingConfig = ThrottllemScalingConfig()) -> None:
         self.config = config
-        self.max_load_rps = dict(sorted((config.max_load_rps or profiled_max_load_rps(config)).items()))
+        profiled = config.max_load_rps or profiled_max_load_rps(config)
+        options = set(profiled) if config.tensor_parallel_options is None else set(config.tensor_parallel_options)
+        if not options <= set(profiled):
+            raise ValueError(f"tensor_parallel_options {sorted(options)}: the max loads have TP{sorted(profiled)} only")
+        self.max_load_rps = {tp: load for tp, load in sorted(profiled.items()) if tp in options}
         self._engines: dict[str, EngineState] = {}
         self._next_s = 0.0
 

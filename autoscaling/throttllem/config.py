@@ -74,6 +74,10 @@ class ThrottllemScalingConfig(BaseModel):
     max_load_rps: dict[int, float] | None = Field(default=None, description=(
         "Profiled max load per TP (requests/s one engine carries); None: from the capacity model for "
         "the request shape below, at max clock, within tbt_s * load_headroom."))
+    tensor_parallel_options: list[int] | None = Field(default=None, min_length=1, description=(
+        "The engine sizes (TPs) the autoscaler picks among; None: every TP of max_load_rps. A size "
+        "that carries the mean load may not carry a burst that ends before a larger engine spawns "
+        "(the code trace's: bench throttllem-engines)."))
     mean_prompt_tokens: float = Field(default=1155.0, gt=0, description=(
         "Mean prompt of the request shape (tokens); Azure conversation trace 2023: 1155."))
     mean_output_tokens: float = Field(default=211.0, gt=0, description=(

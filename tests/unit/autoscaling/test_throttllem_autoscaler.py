@@ -1,5 +1,7 @@
 """throttLL'eM's engine-size autoscaler: smallest sufficient TP, grace period against down-scaling."""
 
+import pytest
+
 from autoscaling.registry import make_policy
 from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
 from autoscaling.throttllem.config import ThrottllemScalingConfig
@@ -37,3 +39,15 @@ def test_max_loads_leave_the_kv_its_admission_reserves():
     kept = ThrottllemAutoscaler(ThrottllemScalingConfig(kv_headroom=0.8)).max_load_rps
     assert kept[2] < 0.95 * full[2]
     assert kept[8] == full[8]
+
+
+def test_picks_among_the_sizes_it_is_given_only():
+    """Without TP2 among its options, a load TP2 carries gets the smallest size allowed; a size the
+    max loads do not know is refused when the policy is made, not at the first decision."""
+    loads = {2: 1.0, 4: 2.0, 8: 3.0}
+    policy = ThrottllemAutoscaler(ThrottllemScalingConfig(max_load_rps=loads, tensor_parallel_options=[4, 8]))
+    assert list(policy.max_load_rps) == [4, 8]
+    assert policy.wanted_tp(0.5) == 4
+    assert policy.wanted_tp(2.5) == 8
+    with pytest.raises(ValueError, match="TP\\[2, 4, 8\\] only"):
+        ThrottllemAutoscaler(ThrottllemScalingConfig(max_load_rps=loads, tensor_parallel_options=[16]))
