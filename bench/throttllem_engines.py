@@ -96,12 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     names = [f"{n} {'tuning' if (n, s) in TUNING else 'held out'}" for n, s in windows]
     print("per window: tokens/J x static max clock, E2E deadlines met, TTFT/TBT SLO met; headline: "
           f">= {HEADLINES['throttllem_tokens_per_j_x_static']:g}x at >= {HEADLINES['throttllem_deadlines']:.0%}")
-    print(f"{'variant':>41} " + " ".join(f"{n:>24}" for n in names))
+    print(f"{'variant':>46} " + " ".join(f"{n:>24}" for n in names))
     for v in VARIANTS:
         cells = [f"{o.tokens_per_j_x_static:.2f}x {o.deadlines:7.2%} {o.slo:6.1%}{'  ' if o.meets() else ' *'}"
                  for o in outcomes[v]]
         label = v.label + (" (the paper's)" if v == PAPER else " (bench wattwise's)" if v == THROTTLLEM_ALONE else "")
-        print(f"{label:>41} " + " ".join(f"{c:>24}" for c in cells))
+        print(f"{label:>46} " + " ".join(f"{c:>24}" for c in cells))
     print("  * misses the headline")
     chosen = choose({v: outcomes[v][:len(TUNING)] for v in VARIANTS})
     print(f"chosen on the tuning windows: {chosen.label if chosen else 'none meets the headline'}; "
