@@ -30,7 +30,7 @@ from typing import Any
 from bench.wattwise import HEADLINES, workload
 from sim.config import SimConfig
 from sim.metrics import summarise
-from sim.scenario import THROTTLLEM_ALONE, ThrottllemAlone, build, throttllem_alone
+from sim.scenario import THROTTLLEM_ALONE, ThrottllemAlone, build, provisioned, throttllem_alone
 from sim.simulator import Simulator
 from sim.workload import Workload, window
 
@@ -61,8 +61,7 @@ def run(w: Workload, alone: ThrottllemAlone | None, config: SimConfig = SimConfi
     if alone is None:
         setups, policy = build(REFERENCE, w, config)
     else:
-        setups, _ = build("throttllem", w, config)  # its provisioned engines, re-hooked below
-        setups, policy = throttllem_alone(setups, config, alone)
+        setups, policy = throttllem_alone(provisioned("throttllem", w, config), config, alone)
     return summarise(Simulator(w, policy, setups, config).run(), config)
 
 

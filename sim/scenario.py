@@ -337,6 +337,20 @@ def shipped_app() -> AppConfig:
     return AppConfig(**yaml.safe_load(SERVE_CONFIG.read_text())["applications"][0]["args"])
 
 
+def provisioned(name: str, w: Workload, config: SimConfig,
+                lengths: LengthClassConfig = LengthClassConfig()) -> list[PoolSetup]:
+    """The pools policy `name` is given (any but Chiron, whose replica kinds come with its
+    theta), before its own hooks and start shape are applied to them."""
+    spec = SPECS.get(name, DEFAULT_SPEC)
+    if spec.layout == "by_phase":
+        return splitwise_pools(w, config, lengths)
+    pools = layout(spec.layout)
+    if not spec.app_tp:
+        pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
+    pools = {pool: (members, start_tp(pool, tp, config, spec.picks_tp)) for pool, (members, tp) in pools.items()}
+    return provision(w, pools, config, lengths, meet_slos=not spec.starts_as_app)
+
+
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
 ) -> tuple[list[PoolSetup], ControlPolicy]:
@@ -344,14 +358,7 @@ def build(
     if spec.layout == "by_kind":
         setups, theta = chiron_pools(w, config, lengths)
         return setups, make_policy(name, theta=theta)
-    if spec.layout == "by_phase":
-        setups = splitwise_pools(w, config, lengths)
-    else:
-        pools = layout(spec.layout)
-        if not spec.app_tp:
-            pools = {pool: (members, MAX_TP) for pool, (members, _) in pools.items()}
-        pools = {pool: (members, start_tp(pool, tp, config, spec.picks_tp)) for pool, (members, tp) in pools.items()}
-        setups = provision(w, pools, config, lengths, meet_slos=not spec.starts_as_app)
+    setups = provisioned(name, w, config, lengths)
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware,
