@@ -334,7 +334,7 @@ class VllmEngine:
                 completion = out.outputs[0]
                 n = run.add(out, now)
                 self._pending[rid] = [0, run.remaining]
-                self.running_batch.advance(rid, run.generated)
+                self.running_batch.advance(rid, run.generated, run.first_s)
                 finished = out.finished
                 if out.finished and completion.finish_reason != "abort":
                     self._completed += 1

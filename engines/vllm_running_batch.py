@@ -53,9 +53,11 @@ class VllmRunningBatch:
     def enter(self, seq: Sequence) -> None:
         self._sequences[seq.request_id] = seq
 
-    def advance(self, request_id: str, generated: int) -> None:
+    def advance(self, request_id: str, generated: int, first_token_s: float | None) -> None:
+        """Its tokens so far, and when the first came out (its TBT is a mean from there)."""
         if (seq := self._sequences.get(request_id)) is not None:
             seq.generated = generated
+            seq.first_token_s = first_token_s
 
     def leave(self, request_id: str) -> None:
         self._sequences.pop(request_id, None)

@@ -65,11 +65,21 @@ class ReplicaProjector:
         tokens = min(math.ceil(predicted * self.config.length_margin), request.max_tokens)
         return tokens if seq.generated < tokens else request.max_tokens
 
-    def deadline_s(self, seq: Sequence, tokens: int) -> float:
+    def e2e_deadline_s(self, seq: Sequence, tokens: int) -> float:
+        """When the request's last (`tokens`-th) token is due by its E2E target."""
         request = seq.request
         if tokens > (request.predicted_output_tokens or request.max_tokens):
             return request.arrival_s + request.slo.e2e_for(tokens)
         return request.deadline_s
+
+    def deadline_s(self, seq: Sequence, tokens: int) -> float:
+        """The E2E deadline, and once the first token is out, no later than one TBT target per
+        further token after it: the SLO's TBT is a mean over those tokens, and a first token
+        well inside its TTFT target leaves E2E slack that the mean does not have."""
+        deadline = self.e2e_deadline_s(seq, tokens)
+        if seq.first_token_s is None or seq.request.slo.e2e_s is not None:
+            return deadline
+        return min(deadline, seq.first_token_s + seq.request.slo.tbt_s * (tokens - 1))
 
     def sync(self, batcher: RunningBatch, now_s: float) -> None:
         """Re-read the running batch once per step (a step is known by its start time)."""
@@ -83,22 +93,37 @@ class ReplicaProjector:
         running = batcher.running
         tokens = [self.projected_tokens(s) for s in running]
         ids = [s.request_id for s in running]
+        due = np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64)
         self.scoreboard.reset(
             ids,
             np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
             np.array([s.request.prompt_tokens for s in running], dtype=np.int64),
             np.array(tokens, dtype=np.int64),
-            np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64),
+            due,
             np.array([deadline_per_token_s(s) for s in running], dtype=np.float64),
             np.array([i in self._lost_ids for i in ids], dtype=bool),
         )
         self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
         if running:
-            late = self.check_at_max(self.project(), now_s).late & ~self.scoreboard.lost
-            if late.any():
-                self.scoreboard.lost |= late
-                self.changed = True
+            self._mark_lost(running, tokens, due, now_s)
         self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
+
+    def _mark_lost(self, running: list[Sequence], tokens: list[int], due: np.ndarray, now_s: float) -> None:
+        """Entries late even at max clock are lost. A mean TBT that no clock brings back is
+        given up first (the request keeps its E2E deadline), so one request's hand-off gap
+        does not hold its replica at max clock."""
+        board = self.scoreboard
+        late = self.check_at_max(self.project(), now_s).late & ~board.lost
+        behind = np.flatnonzero(late)
+        if len(behind):
+            e2e = np.array([self.e2e_deadline_s(running[i], tokens[i]) for i in behind])
+            given_up = e2e > due[behind]
+            if given_up.any():
+                board.deadline_s[behind[given_up]] = e2e[given_up]
+                late = self.check_at_max(self.project(), now_s).late & ~board.lost
+        if late.any():
+            board.lost |= late
+            self.changed = True
 
     def _learn(self, batcher: RunningBatch, now_s: float) -> None:
         """Fold the step that just ended into `correction`, predicted on the scoreboard as

@@ -196,3 +196,36 @@ def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> N
         elapsed = np.cumsum(rng.uniform(0.01, 0.06, horizon))
         ignore = rng.random(n) < 0.2
         assert lines.any_late(elapsed, 0.5, ignore) == bool((lines.late(elapsed, 0.5) & ~ignore).any())
+
+
+def test_a_request_that_fell_behind_its_tbt_target_gets_the_clock_that_brings_its_mean_back() -> None:
+    """The SLO's TBT is a mean over the tokens after the first, so a request that waited after
+    its first token (a Splitwise hand-off, a long prefill beside it) must run the rest faster
+    than the target. Its E2E deadline cannot see that: a first token well within its TTFT
+    target left slack there that the mean TBT does not have."""
+    def searched_clock(first_token_s: float, now_s: float) -> float:
+        b, _, clock = replica([req("a", 500, 40, SLO(ttft_s=30.0, tbt_s=0.1))])
+        clocks = b.perf.gpu.supported_clocks_mhz()
+        b.set_clock_band(min(clocks), max(clocks))
+        b.running[0].first_token_s = first_token_s
+        clock.projector.sync(b, now_s)
+        return clock.target_clock_mhz(now_s)
+
+    on_pace = searched_clock(first_token_s=0.2, now_s=0.2 + 4 * 0.1)  # 5 tokens out, 35 to go
+    behind = searched_clock(first_token_s=0.2, now_s=0.2 + 4 * 0.1 + 1.5)  # the same, 1.5 s later
+    e2e_only = searched_clock(first_token_s=None, now_s=0.2 + 4 * 0.1 + 1.5)
+    assert behind > on_pace and behind > e2e_only
+
+
+def test_a_mean_tbt_no_clock_brings_back_is_given_up_not_the_request() -> None:
+    """Two tokens left after a 5 s wait: no clock makes the mean TBT again, so the request keeps
+    its E2E deadline instead of being marked lost, which would hold the replica at max clock."""
+    b, _, clock = replica([req("a", 500, 7, SLO(ttft_s=30.0, tbt_s=0.1))])
+    clocks = b.perf.gpu.supported_clocks_mhz()
+    b.set_clock_band(min(clocks), max(clocks))
+    b.running[0].first_token_s = 0.2
+    p = clock.projector
+    p.sync(b, 5.2)
+    assert not p.scoreboard.lost.any()
+    assert p.scoreboard.deadline_s[0] == p.e2e_deadline_s(b.running[0], p.projected_tokens(b.running[0]))
+    assert clock.target_clock_mhz(5.2) < max(clocks)

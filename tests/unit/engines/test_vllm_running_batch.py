@@ -43,7 +43,8 @@ def test_the_view_follows_requests_in_and_out() -> None:
     assert view.kv_blocks_used == 0  # nothing of ours inside: vLLM's last report may be stale
     seq = view.candidate(req("r", 100, 50), 0.0)
     view.enter(seq)
-    view.advance("r", 7)
+    view.advance("r", 7, 0.4)
     assert [s.generated for s in view.running] == [7] and view.kv_blocks_used == 25
+    assert view.running[0].first_token_s == 0.4  # throttLL'eM holds its mean TBT from there
     view.leave("r")
     assert view.running == [] and view.kv_blocks_used == 0
