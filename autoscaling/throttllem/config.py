@@ -31,6 +31,11 @@ class ThrottllemConfig(BaseModel):
         "Share of a waiting prompt's TTFT target its prefill is planned to end within, when the clock "
         "is raised for the prompts still to prefill: clock-change stalls and prompts arriving after "
         "the search take the rest (the same share the DynamoLLM planner sizes instances for)."))
+    hold_mean_tbt: bool = Field(default=True, description=(
+        "Once a request's first token is out, its deadline is also no later than one TBT target per "
+        "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "
+        "(TTFT plus TBT per token) lets a fast first token's slack hide. False: E2E deadlines only, "
+        "as the paper schedules."))
     correction_alpha: float = Field(default=0.05, ge=0, le=1, description=(
         "Online correction of M: projections are stretched by an EWMA (this weight per step) of each "
         "observed step's time over M's prediction for it, which takes in the prefills M does not "

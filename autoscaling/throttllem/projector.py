@@ -77,7 +77,7 @@ class ReplicaProjector:
         further token after it: the SLO's TBT is a mean over those tokens, and a first token
         well inside its TTFT target leaves E2E slack that the mean does not have."""
         deadline = self.e2e_deadline_s(seq, tokens)
-        if seq.first_token_s is None or seq.request.slo.e2e_s is not None:
+        if not self.config.hold_mean_tbt or seq.first_token_s is None or seq.request.slo.e2e_s is not None:
             return deadline
         return min(deadline, seq.first_token_s + seq.request.slo.tbt_s * (tokens - 1))
 

@@ -37,3 +37,12 @@ def test_every_baseline_starts_from_the_provisioned_pools_and_the_composite_as_t
     composite, _ = build("wattwise", code_bursts, SimConfig())
     app = {p.deployment_name: p.autoscaling.initial_replicas for p in shipped_app().pools}
     assert {s.name: s.replicas for s in composite} == app
+
+
+def test_throttllem_alone_schedules_to_e2e_deadlines_as_the_paper_and_the_composite_holds_the_mean_tbt(code_bursts):
+    def replica_config(name: str):
+        setups, _ = build(name, code_bursts, SimConfig())
+        return setups[0].batcher_policies.keywords["config"]
+
+    assert not replica_config("throttllem").hold_mean_tbt
+    assert replica_config("wattwise").hold_mean_tbt
