@@ -278,8 +278,8 @@ def with_throttllem(setups: list[PoolSetup], config: SimConfig,
 class ThrottllemAlone:
     """throttLL'eM alone's settings in the simulated benches: the paper's by default (its
     autoscaler picks among every TP; the clock plans with ThrottllemConfig's headrooms, as the
-    composite's replicas do, to E2E deadlines only, as the paper schedules: `hold_mean_tbt` is
-    the composite's). `wattwise bench throttllem-engines` varies them."""
+    composite's replicas do). Its clock always holds E2E deadlines only, as the paper schedules
+    (`hold_mean_tbt` is the composite's). `wattwise bench throttllem-engines` varies the rest."""
 
     tensor_parallel_options: tuple[int, ...] | None = None  # None: every TP the profile has
     ttft_headroom: float | None = None  # ThrottllemConfig.ttft_headroom; None: its default
@@ -306,8 +306,9 @@ def throttllem_alone(setups: list[PoolSetup], config: SimConfig,
                      alone: ThrottllemAlone = THROTTLLEM_ALONE) -> tuple[list[PoolSetup], ControlPolicy]:
     """throttLL'eM alone on `setups`: its admission and clock on every replica (and Chiron's layer:
     batch work yields to interactive work), its engine-size autoscaler over the pools."""
-    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom, "hold_mean_tbt": False}
-    replica = throttllem_replica_config(config).model_copy(update={k: v for k, v in changes.items() if v is not None})
+    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom}
+    replica = throttllem_replica_config(config).model_copy(
+        update={"hold_mean_tbt": False, **{k: v for k, v in changes.items() if v is not None}})
     setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config, replica)]
     tps = None if alone.tensor_parallel_options is None else list(alone.tensor_parallel_options)
     return setups, make_policy("throttllem", model=config.model, hardware=config.hardware, profile=config.profile,

@@ -93,22 +93,21 @@ class ReplicaProjector:
         running = batcher.running
         tokens = [self.projected_tokens(s) for s in running]
         ids = [s.request_id for s in running]
-        due = np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64)
         self.scoreboard.reset(
             ids,
             np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
             np.array([s.request.prompt_tokens for s in running], dtype=np.int64),
             np.array(tokens, dtype=np.int64),
-            due,
+            np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64),
             np.array([deadline_per_token_s(s) for s in running], dtype=np.float64),
             np.array([i in self._lost_ids for i in ids], dtype=bool),
         )
         self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
         if running:
-            self._mark_lost(running, tokens, due, now_s)
+            self._mark_lost(running, tokens, now_s)
         self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
 
-    def _mark_lost(self, running: list[Sequence], tokens: list[int], due: np.ndarray, now_s: float) -> None:
+    def _mark_lost(self, running: list[Sequence], tokens: list[int], now_s: float) -> None:
         """Entries late even at max clock are lost. A mean TBT that no clock brings back is
         given up first (the request keeps its E2E deadline), so one request's hand-off gap
         does not hold its replica at max clock."""
@@ -117,7 +116,7 @@ class ReplicaProjector:
         behind = np.flatnonzero(late)
         if len(behind):
             e2e = np.array([self.e2e_deadline_s(running[i], tokens[i]) for i in behind])
-            given_up = e2e > due[behind]
+            given_up = e2e > board.deadline_s[behind]
             if given_up.any():
                 board.deadline_s[behind[given_up]] = e2e[given_up]
                 late = self.check_at_max(self.project(), now_s).late & ~board.lost

@@ -198,17 +198,24 @@ def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> N
         assert lines.any_late(elapsed, 0.5, ignore) == bool((lines.late(elapsed, 0.5) & ~ignore).any())
 
 
+def decoding_since(first_token_s: float | None, out: int, now_s: float, hold_mean_tbt: bool = True):
+    """One request (TTFT target 30 s, TBT 0.1 s) five tokens in, its first out at `first_token_s`,
+    synced at `now_s` on a replica free to pick any clock."""
+    b, _, clock = replica([req("a", 500, out, SLO(ttft_s=30.0, tbt_s=0.1))], hold_mean_tbt=hold_mean_tbt)
+    clocks = b.perf.gpu.supported_clocks_mhz()
+    b.set_clock_band(min(clocks), max(clocks))
+    b.running[0].first_token_s = first_token_s
+    clock.projector.sync(b, now_s)
+    return b, clock
+
+
 def test_a_request_that_fell_behind_its_tbt_target_gets_the_clock_that_brings_its_mean_back() -> None:
     """The SLO's TBT is a mean over the tokens after the first, so a request that waited after
     its first token (a Splitwise hand-off, a long prefill beside it) must run the rest faster
     than the target. Its E2E deadline cannot see that: a first token well within its TTFT
     target left slack there that the mean TBT does not have."""
     def searched_clock(first_token_s: float | None, now_s: float, hold_mean_tbt: bool = True) -> float:
-        b, _, clock = replica([req("a", 500, 40, SLO(ttft_s=30.0, tbt_s=0.1))], hold_mean_tbt=hold_mean_tbt)
-        clocks = b.perf.gpu.supported_clocks_mhz()
-        b.set_clock_band(min(clocks), max(clocks))
-        b.running[0].first_token_s = first_token_s
-        clock.projector.sync(b, now_s)
+        _, clock = decoding_since(first_token_s, 40, now_s, hold_mean_tbt)
         return clock.target_clock_mhz(now_s)
 
     on_pace = searched_clock(first_token_s=0.2, now_s=0.2 + 4 * 0.1)  # 5 tokens out, 35 to go
@@ -222,12 +229,8 @@ def test_a_request_that_fell_behind_its_tbt_target_gets_the_clock_that_brings_it
 def test_a_mean_tbt_no_clock_brings_back_is_given_up_not_the_request() -> None:
     """Two tokens left after a 5 s wait: no clock makes the mean TBT again, so the request keeps
     its E2E deadline instead of being marked lost, which would hold the replica at max clock."""
-    b, _, clock = replica([req("a", 500, 7, SLO(ttft_s=30.0, tbt_s=0.1))])
-    clocks = b.perf.gpu.supported_clocks_mhz()
-    b.set_clock_band(min(clocks), max(clocks))
-    b.running[0].first_token_s = 0.2
+    b, clock = decoding_since(first_token_s=0.2, out=7, now_s=5.2)
     p = clock.projector
-    p.sync(b, 5.2)
     assert not p.scoreboard.lost.any()
     assert p.scoreboard.deadline_s[0] == p.e2e_deadline_s(b.running[0], p.projected_tokens(b.running[0]))
-    assert clock.target_clock_mhz(5.2) < max(clocks)
+    assert clock.target_clock_mhz(5.2) < b.perf.gpu.max_clock_mhz
