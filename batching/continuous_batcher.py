@@ -132,6 +132,11 @@ class BatcherConfig:
     # shed_wait_factor x the new request's TTFT target. None: no bound.
     max_waiting: int | None = None
     shed_wait_factor: float | None = None
+    # A clock choice reaches the GPUs at the next forward (every clock_forward_period_s) plus
+    # clock_change_s, the old clock running meanwhile (core.overheads.OverheadTable). 0, 0:
+    # at once.
+    clock_forward_period_s: float = 0.0
+    clock_change_s: float = 0.0
 
 
 class RequestShed(Exception):
@@ -216,7 +221,9 @@ class ContinuousBatcher:
         self.clock_policy = clock_policy
         self.preemption = preemption
         self.tensor_parallel = config.tensor_parallel
-        self.clock_mhz = config.clock_mhz
+        self.clock_mhz = config.clock_mhz  # what the GPUs run at, which each step is costed at
+        # Clocks chosen and not yet on the GPUs, (when chosen, MHz), oldest first.
+        self.clock_requests: list[tuple[float, float]] = []
         # The planner's bounds on any clock a hook picks (None: the GPU's whole range).
         self.clock_band_mhz: tuple[float, float] | None = None
         self.batch_limit = config.batch_limit
@@ -393,17 +400,62 @@ class ContinuousBatcher:
         return bool(self.waiting or self.running)
 
     def set_clock(self, clock_mhz: float) -> None:
+        """Run at this clock from now on (a replica not yet serving; tests)."""
         gpu = self.perf.gpu
         self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+        self.clock_requests.clear()
 
-    def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
-        """Bound the clock hook's choices (the planner's band for this pool). The current
-        clock moves into the band at once; a batcher without a clock hook runs at the
-        band's floor, the clock the planner chose for the load."""
+    @property
+    def clock_target_mhz(self) -> float:
+        """The latest clock chosen: the GPUs' once it lands."""
+        return self.clock_requests[-1][1] if self.clock_requests else self.clock_mhz
+
+    def request_clock(self, clock_mhz: float, now_s: float) -> None:
+        """Choose a clock; the GPUs take it as the replica's clock forwarder would
+        (`BatcherConfig.clock_forward_period_s`, `clock_change_s`), not at once."""
+        if self.config.clock_forward_period_s <= 0 and self.config.clock_change_s <= 0:
+            self.set_clock(clock_mhz)
+            return
+        gpu = self.perf.gpu
+        clock = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+        if clock != self.clock_target_mhz:
+            self.clock_requests.append((now_s, clock))
+
+    def clock_lands_s(self, now_s: float) -> float:
+        """When a clock chosen now reaches the GPUs: the first forward from now, plus the
+        lock's latency (`land_clock`'s rule)."""
+        period = self.config.clock_forward_period_s
+        sent_s = math.ceil(now_s / period) * period if period > 0 else now_s
+        return sent_s + self.config.clock_change_s
+
+    def land_clock(self, now_s: float) -> None:
+        """Put on the GPUs the last clock a forward sent early enough to have landed by now:
+        forwards go out at multiples of the period, each landing `clock_change_s` later."""
+        if not self.clock_requests:
+            return
+        period = self.config.clock_forward_period_s
+        sent_by = now_s - self.config.clock_change_s
+        if period > 0:
+            sent_by = math.floor(sent_by / period) * period
+        landed = [clock for at, clock in self.clock_requests if at <= sent_by]
+        if landed:
+            gpu_clock = landed[-1]
+            self.clock_requests = [(at, clock) for at, clock in self.clock_requests if at > sent_by]
+            self.clock_mhz = gpu_clock
+
+    def set_clock_band(self, low_mhz: float, high_mhz: float, now_s: float | None = None) -> None:
+        """Bound the clock hook's choices (the planner's band for this pool). The clock moves
+        into the band, at `now_s` as a choice the GPUs take later, or at once where None (a
+        replica not yet serving); a batcher without a clock hook runs at the band's floor,
+        the clock the planner chose for the load."""
         if low_mhz > high_mhz:
             raise ValueError(f"clock band [{low_mhz}, {high_mhz}] MHz is empty")
         self.clock_band_mhz = (float(low_mhz), float(high_mhz))
-        self.set_clock(self.clamp_to_band(self.clock_mhz) if self.clock_policy is not None else low_mhz)
+        clock = self.clamp_to_band(self.clock_target_mhz) if self.clock_policy is not None else low_mhz
+        if now_s is None:
+            self.set_clock(clock)
+        else:
+            self.request_clock(clock, now_s)
 
     def clamp_to_band(self, clock_mhz: float) -> float:
         if self.clock_band_mhz is None:
@@ -526,12 +578,11 @@ class ContinuousBatcher:
     def plan_step(self, now_s: float) -> Step | None:
         """Choose this iteration's work and cost it; None when there is nothing to do."""
         self._account_idle(now_s)
-        if self.clock_policy is not None:
+        if self.clock_policy is not None:  # it reads the clock the last step ran at
             clock = self.clock_policy.choose_clock_mhz(self, now_s)
             if clock is not None:
-                clock = self.clamp_to_band(clock)
-                if clock != self.clock_mhz:
-                    self.set_clock(clock)
+                self.request_clock(self.clamp_to_band(clock), now_s)
+        self.land_clock(now_s)
         budget = self.step_tokens
         chunks: list[tuple[Sequence, int]] = []
         decodes: list[Sequence] = []

@@ -2,9 +2,15 @@
 
 Source: DynamoLLM Table V (Llama2-70B on 8xH100): a new VM ~1-2 min, distributed env
 ~2 min, weights ~3 min, engine setup ~18 s, installing weights and KV ~15 s; a GPU clock
-change stalls the GPU 50-80 ms (NVML ~50-200 ms). The default is a warm node of a
-running Ray cluster with the weights cached on it, so only engine setup and installing
-weights and KV remain (33 s).
+change takes 50-80 ms (NVML ~50-200 ms). The default is a warm node of a running Ray
+cluster with the weights cached on it, so only engine setup and installing weights and KV
+remain (33 s).
+
+A clock change stalls nothing here: DynamoLLM's stall is the inference loop itself calling
+nvidia-smi; wattwise's replicas forward their clock to the node's GPU-control actor, off the
+request path (throttLL'eM, §IV: "off the critical path"). What a change costs is lateness:
+the GPUs run at the old clock until the next forward plus the lock's latency, and every
+runtime charges that (batching.continuous_batcher, ContinuousBatcher.request_clock).
 
 A TP change is a restart at the new TP in every runtime we run: the simulator starts
 new replicas while the old ones serve, Serve rolls a shadow deployment (vLLM) or the sim
@@ -31,7 +37,12 @@ class OverheadTable(BaseModel):
         "Loading weights and allocating KV (Table V: ~15 s)."))
     reshard_s: float = Field(default=33.0, ge=0, description=(
         "A TP change: a restart at the new TP on the same warm node (engine set-up + weights/KV)."))
-    clock_change_s: float = Field(default=0.1, ge=0, description="Stall of a GPU clock change (50-200 ms).")
+    clock_change_s: float = Field(default=0.1, ge=0, description=(
+        "From a clock lock to the GPUs running at it (NVML 50-200 ms); the old clock runs meanwhile."))
+    clock_forward_period_s: float = Field(default=0.25, gt=0, description=(
+        "A replica sends its clock choice (per-step hook or plan) to its GPUs this often, and the "
+        "node's governor takes at most one change per GPU per period: a choice lands at the next "
+        "send plus clock_change_s."))
 
     @property
     def startup_s(self) -> float:

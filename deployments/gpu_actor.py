@@ -12,19 +12,21 @@ import time
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from core.overheads import OverheadTable
 from energy.clock_governor import ClockGovernor
 from energy.gpu_control import GpuControlError, open_gpus
 from energy.hardware import GPUS
 
 NAMESPACE = "wattwise"
-# Replicas resend their target every second, so a GPU held at default clocks adds a refusal
-# record per second: keep the newest records only.
+# Replicas resend their target every forward period, so a GPU held at default clocks adds a
+# refusal record each time: keep the newest records only.
 MAX_HISTORY = 10_000
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
 class GpuControlActor:
-    def __init__(self, hardware: str = "h100-80gb", min_interval_s: float = 1.0) -> None:
+    def __init__(self, hardware: str = "h100-80gb",
+                 min_interval_s: float = OverheadTable().clock_forward_period_s) -> None:
         self.governor = ClockGovernor(open_gpus(GPUS[hardware]), min_interval_s)
 
     def backend(self) -> str:

@@ -21,6 +21,7 @@ import ray
 from app.splitwise_config import SplitwiseServeConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from batching.continuous_batcher import RequestOverflowed, RequestShed
+from core.overheads import OverheadTable
 from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
@@ -77,7 +78,7 @@ class LLMReplica:
         if self.gpu_ids and (self._clock_task is None or self._clock_task.done()):
             self._clock_task = asyncio.get_running_loop().create_task(self._forward_clock())
 
-    async def _forward_clock(self, period_s: float = 1.0) -> None:
+    async def _forward_clock(self, period_s: float = OverheadTable().clock_forward_period_s) -> None:
         """Engine-side clock choices (throttLL'eM's per-step throttling, the plan's clock) reach
         the real GPUs through the node's privileged actor, off the request path and
         rate-limited there. The target is sent every period, not once: a change the actor

@@ -1,6 +1,6 @@
 """Safe clock changes: clamp to supported values, rate-limit, record, restore.
 
-Every change costs ~50-200 ms of stalled iterations, so a governor refuses changes
+Every change calls NVML and lands 50-200 ms later, so a governor refuses changes
 closer together than `min_interval_s` per GPU and skips no-op changes. On any NVML
 error (a lock, or a read through `energy_j`) it resets the GPU's clocks to the driver
 default (fail static to max performance) and keeps them there for `hold_default_s`

@@ -90,8 +90,8 @@ class SimEngineConfig(BaseModel):
     splitwise: MachineConfig | None = Field(default=None, description=(
         "Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
-        "What a TP change (start-up of the new engine) and a plan clock change (stall) cost: the "
-        "table the planners assume and the simulator charges."))
+        "What a TP change (start-up of the new engine) and a clock change (the GPUs take it late) "
+        "cost: the table the planners assume and the simulator charges."))
 
 
 def placeholder_text(request_id: str, start: int, count: int) -> str:
@@ -116,6 +116,8 @@ class SimEngine:
                 interactive_first=config.interactive_first,
                 prefill_by_ttft_deadline=config.prefill_by_ttft_deadline,
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
+                clock_forward_period_s=config.overheads.clock_forward_period_s,
+                clock_change_s=config.overheads.clock_change_s,
             ),
         )
         # Every paper's hooks run as ordered chains: none replaces another's.
@@ -133,7 +135,6 @@ class SimEngine:
         self.batcher.admission = chain_admission(admissions)
         self.batcher.clock_policy = chain_clock(clocks)
         self.batcher.preemption = chain_preemption(preemptions)
-        self._stalled_until_s = 0.0
         self._pending_tp: tuple[int, float] | None = None  # (TP, when its engine is up)
         self.max_context_tokens = perf.model.max_context_tokens
         self._token_counter = default_token_counter()  # loaded at start (~0.1 s), not per request
@@ -156,16 +157,11 @@ class SimEngine:
         return self.batcher.min_tbt_slo_s()
 
     def set_clock(self, clock_mhz: float) -> None:
-        before = self.batcher.clock_mhz
-        self.batcher.set_clock(clock_mhz)
-        if self.batcher.clock_mhz != before:
-            self._stall(self.config.overheads.clock_change_s)
+        """The modelled GPUs take it as forwarded clocks land (OverheadTable)."""
+        self.batcher.request_clock(clock_mhz, self._clock())
 
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
-        before = self.batcher.clock_mhz
-        self.batcher.set_clock_band(low_mhz, high_mhz)
-        if self.batcher.clock_mhz != before:
-            self._stall(self.config.overheads.clock_change_s)
+        self.batcher.set_clock_band(low_mhz, high_mhz, now_s=self._clock())
 
     def set_tensor_parallel(self, tp: int) -> None:
         """A TP change as the simulator makes it: the engine at the new TP starts beside
@@ -188,10 +184,6 @@ class SimEngine:
         perf = self.batcher.perf
         self.batcher.energy_j += perf.idle_power_w(tp) * self.config.overheads.reshard_s
         self.batcher.set_tensor_parallel(tp)
-
-    def _stall(self, seconds: float) -> None:
-        self._stalled_until_s = max(self._stalled_until_s, self._clock()) + seconds
-        self._wakeup.set()
 
     def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
         return self._stream(request, lambda: self.batcher.add(request, self._clock()))
@@ -260,10 +252,6 @@ class SimEngine:
                     if queue is not None:
                         queue.put_nowait(_SQUASHED)
             self._take_over()
-            stalled_s = self._stalled_until_s - self._clock()
-            if stalled_s > 0:
-                await asyncio.sleep(stalled_s)
-                continue
             step = self.batcher.plan_step(self._clock())
             if step is None:
                 self._wakeup.clear()

@@ -22,12 +22,11 @@ class State(StrEnum):
 
 
 class SimReplica:
-    def __init__(self, replica_id: int, pool: str, tp: int, clock_mhz: float, start_s: float, ready_s: float,
+    def __init__(self, replica_id: int, pool: str, tp: int, start_s: float, ready_s: float,
                  perf: PerfModel, planned_perf: PerfModel | None = None) -> None:
         self.replica_id = replica_id
         self.pool = pool
         self.tp = tp
-        self.clock_mhz = clock_mhz
         self.start_s = start_s
         self.ready_s = ready_s
         self.stop_s: float | None = None
@@ -37,9 +36,7 @@ class SimReplica:
         self.planned_perf = planned_perf  # what the planners believe, if not `perf`
         self.batcher: ContinuousBatcher | None = None
         self.step: Step | None = None
-        self.stall_until_s = 0.0
         self.local_autoscaler: LocalBatchAutoscaler | None = None
-        self.wake_pending = False
 
     def become_ready(self, config: BatcherConfig) -> ContinuousBatcher:
         self.batcher = ContinuousBatcher(self.perf, config, planned_perf=self.planned_perf)

@@ -45,7 +45,6 @@ class Event(IntEnum):
 
     STEP_END = 0  # a replica's batch step finished
     READY = 1  # a starting replica finished loading
-    WAKE = 2  # a stalled replica (clock change) may step again
     CONTROL = 3  # the policy's control tick
     SAMPLE = 4  # record the time series
     CALL = 5  # call a function of the time (e.g. a KV transfer landing)
@@ -212,10 +211,6 @@ class Simulator:
             if kind == Event.STEP_END:
                 assert isinstance(replica, SimReplica)
                 self._step_end(replica, now)
-            elif kind == Event.WAKE:
-                assert isinstance(replica, SimReplica)
-                replica.wake_pending = False
-                self._kick(replica, now)
             elif kind == Event.READY:
                 assert isinstance(replica, SimReplica)
                 self._ready(replica, now)
@@ -352,11 +347,6 @@ class Simulator:
         """Start the replica's next step if it is free to."""
         if r.step is not None or r.state not in (State.READY, State.DRAINING):
             return
-        if now < r.stall_until_s:
-            if not r.wake_pending:
-                r.wake_pending = True
-                self._push(r.stall_until_s, Event.WAKE, r)
-            return
         step = r.ready_batcher.plan_step(now)
         if step is None:
             if r.state is State.DRAINING:
@@ -389,7 +379,7 @@ class Simulator:
     def _start_replica(self, pool: Pool, now: float, delay_s: float) -> bool:
         if self.gpus_in_use + pool.tp > self.config.cluster_gpus:
             return False
-        r = SimReplica(len(self.all_replicas), pool.name, pool.tp, pool.clock_mhz, now, now + delay_s, self.perf,
+        r = SimReplica(len(self.all_replicas), pool.name, pool.tp, now, now + delay_s, self.perf,
                        self.planned_perf)
         self.gpus_in_use += pool.tp
         self.all_replicas.append(r)
@@ -405,7 +395,6 @@ class Simulator:
             return  # cancelled while starting
         pool = self.pools[r.pool]
         cfg = self.config
-        r.clock_mhz = pool.clock_mhz
         local = pool.setup.local_autoscaler
         autoscaler = LocalBatchAutoscaler(local) if local is not None else None
         if autoscaler is not None:
@@ -417,6 +406,7 @@ class Simulator:
             step_time_target_s=pool.setup.step_time_target_s,
             interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
             prefill_by_ttft_deadline=pool.setup.prefill_by_ttft_deadline,
+            clock_forward_period_s=cfg.overheads.clock_forward_period_s, clock_change_s=cfg.overheads.clock_change_s,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)
@@ -522,8 +512,7 @@ class Simulator:
                 pool.clock_band_mhz = band
                 for r in pool.replicas:
                     if r.batcher is not None:
-                        r.batcher.set_clock_band(*pool.clock_band_mhz)
-                        self._charge_clock_change(r, now)
+                        r.batcher.set_clock_band(*pool.clock_band_mhz, now_s=now)
             pool.target = min(max(plan.replicas.get(name, pool.target), 0), pool.setup.max_replicas)
             self._reconcile(pool, now)
 
@@ -534,15 +523,7 @@ class Simulator:
         for r in pool.replicas:
             if r.batcher is None or r.batcher.clock_band_mhz == pool.clock_band_mhz:
                 continue
-            r.batcher.set_clock_band(clock_mhz, clock_mhz)
-            self._charge_clock_change(r, now)
-
-    def _charge_clock_change(self, r: SimReplica, now: float) -> None:
-        """A clock the plan moved stalls the replica (OverheadTable.clock_change_s)."""
-        if r.ready_batcher.clock_mhz != r.clock_mhz:
-            r.clock_mhz = r.ready_batcher.clock_mhz
-            step_end_s = r.step.end_s if r.step is not None else now
-            r.stall_until_s = max(now, step_end_s) + self.config.overheads.clock_change_s
+            r.batcher.set_clock_band(clock_mhz, clock_mhz, now_s=now)
 
     def _reconcile(self, pool: Pool, now: float) -> None:
         """Move the pool toward `target` replicas at its TP, replacing other-TP ones."""

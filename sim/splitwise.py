@@ -130,7 +130,8 @@ class SplitwiseSimulator(Simulator):
             self.transfers["local"] += 1
             self._push(now, Event.CALL, partial(self._land, request, seq, token, True))
             return
-        prefill_s = r.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp, r.clock_mhz)
+        prefill_s = r.perf.prefill_time_s(request.prompt_tokens, request.prompt_tokens ** 2, r.tp,
+                                          r.ready_batcher.clock_mhz)
         plan = self.transfer.plan(request.prompt_tokens, r.tp, prefill_s)
         failed = bool(self.rng.random() < self.splitwise.transfer_failure_prob)
         self.transfers["layerwise" if plan.layerwise else "serialized"] += 1

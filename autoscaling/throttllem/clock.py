@@ -10,17 +10,22 @@ late. An interactive prompt that admission refused (the running batch's projecte
 TBT leaves it no room) waits for running requests to finish, which no prefill-time search
 sees: until it is admitted, max clock (best effort, as for a lost request), so the batch
 ahead of it drains as fast as it can.
-Raising applies at once; lowering at most every `clock_lower_interval_s`, since each
-change stalls the GPU. The batcher applies the clock before its next step, so the
-search never delays a request; a replica on real GPUs forwards the change to the
-node's GPU-control actor.
+Raising is asked at once; lowering at most every `clock_lower_interval_s`. A clock asked
+reaches the GPUs late: the replica forwards it to the node's GPU-control actor
+periodically, and the lock takes effect after its latency (core.overheads; the batcher
+models the same). So a raise for a prompt is searched knowing the present clock runs
+until then, and the clock stays at least at the one from which a raise still saves the
+largest recent burst of prompts (`ready_prompt_window_s`): below it a burst's prefill
+would have run at the low clock for a whole lag.
 """
 
 from __future__ import annotations
 
+from collections import deque
+
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
-from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
+from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz, ready_clock_mhz
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
 from batching.continuous_batcher import ContinuousBatcher
 
@@ -32,6 +37,36 @@ class ThrottllemClock:
         self._searched_s = float("-inf")
         self._lowered_s = float("-inf")
         self.changes = 0
+        # Interactive prompts seen arriving: (arrival s, prompt tokens, TTFT target s).
+        self._prompts: deque[tuple[float, int, float]] = deque()
+
+    def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
+        seen_s = self._prompts[-1][0] if self._prompts else float("-inf")
+        for seq in batcher.waiting:
+            r = seq.request
+            if r.arrival_s > seen_s and r.service_class != "batch" and seq.generated == 0:
+                self._prompts.append((r.arrival_s, r.prompt_tokens, r.slo.ttft_s))
+        while self._prompts and self._prompts[0][0] < now_s - self.config.ready_prompt_window_s:
+            self._prompts.popleft()
+
+    def ready_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+        """The clock below which the largest recent burst of prompts of each TTFT target (the
+        most prompt tokens arriving within one raise's lag) could not be saved by a raise
+        (prompt_deadlines.ready_clock_mhz)."""
+        lag_s = batcher.clock_lands_s(0.0) + batcher.config.clock_forward_period_s
+        largest: dict[float, list[int]] = {}
+        for ttft_s in {p[2] for p in self._prompts}:
+            arrivals = [(at, tokens) for at, tokens, target in self._prompts if target == ttft_s]
+            first, total = 0, 0
+            for last, (at, tokens) in enumerate(arrivals):
+                total += tokens
+                while arrivals[first][0] < at - lag_s:
+                    total -= arrivals[first][1]
+                    first += 1
+                if total > sum(largest.get(ttft_s, ())):
+                    largest[ttft_s] = [t for _, t in arrivals[first:last + 1]]
+        return ready_clock_mhz(batcher, self.projector.synced_table.clocks_mhz,
+                               [(tokens, ttft_s) for ttft_s, tokens in largest.items()], self.config.ttft_headroom)
 
     def target_clock_mhz(self, now_s: float) -> float | None:
         """The lowest passing clock for the committed scoreboard (None: nothing runs)."""
@@ -50,12 +85,13 @@ class ThrottllemClock:
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
+        self._observe_prompts(batcher, now_s)
         clocks = p.synced_table.clocks_mhz
         refused = p.refused_prompt_id is not None and bool(batcher.waiting) \
             and batcher.waiting[0].request_id == p.refused_prompt_id
         prompts = (float(clocks[-1]) if refused
                    else prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom))
-        if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_mhz:
+        if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_target_mhz:
             self.changes += 1
             return prompts
         if refused:  # already at the band's ceiling until the prompt is admitted
@@ -67,9 +103,12 @@ class ThrottllemClock:
         target = self.target_clock_mhz(now_s)
         if prompts is not None:
             target = prompts if target is None else max(target, prompts)
-        if target is None or target == batcher.clock_mhz:
+        if self._prompts:
+            ready = self.ready_clock_mhz(batcher)
+            target = ready if target is None else max(target, ready)
+        if target is None or target == batcher.clock_target_mhz:
             return None
-        if target < batcher.clock_mhz:
+        if target < batcher.clock_target_mhz:
             if now_s - self._lowered_s < self.config.clock_lower_interval_s:
                 return None
             self._lowered_s = now_s

@@ -29,8 +29,8 @@ class ThrottllemConfig(BaseModel):
         "stretch real iterations beyond M's decode-only projection (bench/throttllem.py)."))
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
         "Share of a waiting prompt's TTFT target its prefill is planned to end within, when the clock "
-        "is raised for the prompts still to prefill: clock-change stalls and prompts arriving after "
-        "the search take the rest (the same share the DynamoLLM planner sizes instances for)."))
+        "is raised for the prompts still to prefill: prompts arriving after the search take the rest "
+        "(the same share the DynamoLLM planner sizes instances for)."))
     hold_mean_tbt: bool = Field(default=True, description=(
         "Once a request's first token is out, its deadline is also no later than one TBT target per "
         "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "
@@ -41,8 +41,11 @@ class ThrottllemConfig(BaseModel):
         "observed step's time over M's prediction for it, which takes in the prefills M does not "
         "model. 0 turns it off."))
     clock_lower_interval_s: float = Field(default=1.0, ge=0, description=(
-        "Least time (s) between two clock lowerings (each change stalls the GPU ~50-200 ms); "
-        "raising is not rate-limited."))
+        "Least time (s) between two clock lowerings; raising is not rate-limited."))
+    ready_prompt_window_s: float = Field(default=60.0, gt=0, description=(
+        "The clock stays no lower than lets the largest interactive prompt of each TTFT target seen "
+        "in this many seconds meet its TTFT with a raise that lands late (the clock is forwarded to "
+        "the GPUs periodically: OverheadTable)."))
     clock_refresh_s: float = Field(default=0.5, gt=0, description=(
         "Re-run the clock search at least this often (s) even without admissions (requests end)."))
     table_batch_levels: int = Field(default=24, ge=2, description=(

@@ -18,40 +18,47 @@ request, best effort); feasibility only grows with the clock, so a bisection fin
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from batching.continuous_batcher import ContinuousBatcher
 
 
-def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float,
-                              headroom: float = 1.0) -> float | None:
-    """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
-    prefill ends its prefill within `headroom` of its TTFT; None when no interactive
-    prompt waits for its first token."""
-    queue = batcher.prefill_queue()
-    waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
-    if not waits.any():
-        return None
-    perf = batcher.perf
-    tp = batcher.tensor_parallel
-    top = perf.gpu.max_clock_mhz
-    left = np.array([s.prefill_target - s.prefilled for s in queue], dtype=float)
-    target = np.array([s.prefill_target for s in queue], dtype=float)
-    due_s = (np.array([s.request.arrival_s + headroom * s.request.slo.ttft_s for s in queue]) - now_s)[waits]
-    # At the top clock (stretch 1), in the batcher's order: prefill time and the steps it spans.
-    cum_left = np.cumsum(left)
-    prefill_s = np.cumsum(perf.prefill_time_s(left, left * target, tp, top))[waits]
-    steps = np.ceil(cum_left / max(batcher.step_tokens, 1))[waits]
-    decoding = [s for s in batcher.running if s.prefilled >= s.prefill_target]
-    context = float(sum(s.context_tokens for s in decoding))
-    decode_share_s = perf.decode_marginal_s(len(decoding), context, tp, top)
-    prompt_share, token_share = perf.gpu.prompt_compute_share, perf.gpu.token_compute_share
+class PrefillWork:
+    """Prompts prefilled in this order on a replica beside its running decodes: when each
+    one's prefill ends, from now, at a clock."""
 
-    def fits(clock_mhz: float) -> bool:
-        done_s = (prefill_s * perf.stretch(prompt_share, clock_mhz)
-                  + steps * decode_share_s * perf.stretch(token_share, clock_mhz))
-        return bool(np.all(done_s <= due_s))
+    def __init__(self, batcher: ContinuousBatcher, left: np.ndarray, target: np.ndarray) -> None:
+        perf = batcher.perf
+        tp, top = batcher.tensor_parallel, perf.gpu.max_clock_mhz
+        self.perf = perf
+        # At the top clock (stretch 1), in order: the steps each prefill ends in and the prefill
+        # time up to there, whose fixed part each step pays once (chunks of one prompt too).
+        self.steps = np.ceil(np.cumsum(left) / max(batcher.step_tokens, 1))
+        per_step_s = perf.prefill_time_s(0, 0.0, tp, top)
+        self.prefill_s = np.cumsum(perf.prefill_time_s(left, left * target, tp, top) - per_step_s) \
+            + self.steps * per_step_s
+        decoding = [s for s in batcher.running if s.prefilled >= s.prefill_target]
+        context = float(sum(s.context_tokens for s in decoding))
+        self.decode_share_s = perf.decode_marginal_s(len(decoding), context, tp, top)
 
+    def done_s(self, clock_mhz: float) -> np.ndarray:
+        gpu = self.perf.gpu
+        return (self.prefill_s * self.perf.stretch(gpu.prompt_compute_share, clock_mhz)
+                + self.steps * self.decode_share_s * self.perf.stretch(gpu.token_compute_share, clock_mhz))
+
+    def finish_s(self, lag_s: float, present_mhz: float, new_mhz: float) -> np.ndarray:
+        """At `present_mhz` for `lag_s` (until a clock chosen now lands), then at `new_mhz`."""
+        at_present = self.done_s(present_mhz)
+        past_lag = at_present > lag_s
+        rest = (at_present - lag_s) / np.where(past_lag, at_present, 1.0)
+        return np.where(past_lag, lag_s + rest * self.done_s(new_mhz), at_present)
+
+
+def _lowest_fitting(clocks_mhz: np.ndarray, fits: Callable[[float], bool]) -> float:
+    """The lowest of `clocks_mhz` (ascending) that fits, the top one if none does;
+    feasibility only grows with the clock."""
     lo, hi = 0, len(clocks_mhz) - 1
     if not fits(float(clocks_mhz[hi])):
         return float(clocks_mhz[hi])
@@ -62,3 +69,40 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
         else:
             lo = mid + 1
     return float(clocks_mhz[lo])
+
+
+def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float,
+                              headroom: float = 1.0) -> float | None:
+    """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
+    prefill ends its prefill within `headroom` of its TTFT; None when no interactive
+    prompt waits for its first token. The GPUs run their present clock until a clock
+    chosen now lands (`ContinuousBatcher.clock_lands_s`): the work done meanwhile is done
+    at that clock, so a prompt already late for the raise asks for more of it."""
+    queue = batcher.prefill_queue()
+    waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
+    if not waits.any():
+        return None
+    work = PrefillWork(batcher, np.array([s.prefill_target - s.prefilled for s in queue], dtype=float),
+                       np.array([s.prefill_target for s in queue], dtype=float))
+    due_s = (np.array([s.request.arrival_s + headroom * s.request.slo.ttft_s for s in queue]) - now_s)[waits]
+    lag_s = batcher.clock_lands_s(now_s) - now_s
+    return _lowest_fitting(clocks_mhz, lambda clock: bool(np.all(
+        work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)))
+
+
+def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: list[tuple[list[int], float]],
+                    headroom: float = 1.0) -> float:
+    """The lowest clock the GPUs may run at so that each burst ((prompt tokens, TTFT target
+    s) of prompts arriving together just after a clock forward went out) still ends its
+    prefills within `headroom` of the TTFT once the top clock it then asks for lands, a
+    whole forward period plus the lock's latency later. Below it, only a clock already
+    high saves such a burst: a raise would come too late."""
+    lag_s = batcher.clock_lands_s(0.0) + batcher.config.clock_forward_period_s
+    top = float(clocks_mhz[-1])
+
+    def saved_from(work: PrefillWork, due_s: float) -> Callable[[float], bool]:
+        return lambda clock: bool(work.finish_s(lag_s, clock, top)[-1] <= due_s)
+
+    return max((_lowest_fitting(clocks_mhz, saved_from(
+        PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float)), headroom * ttft_s))
+        for tokens, ttft_s in bursts), default=float(clocks_mhz[0]))

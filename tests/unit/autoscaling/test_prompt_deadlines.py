@@ -3,7 +3,7 @@
 import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
-from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz
+from autoscaling.throttllem.prompt_deadlines import PrefillWork, prompt_deadline_clock_mhz, ready_clock_mhz
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from batching.step_budget import tbt_bounded_step_tokens
@@ -31,8 +31,11 @@ def _burst(batcher: ContinuousBatcher, prompts: int, tokens: int, ttft_s: float)
 
 
 def _prefill_s(prompts: int, tokens: int, clock_mhz: float) -> float:
-    """The queue's prefills one after another, as the function costs them."""
-    return prompts * PERF.prefill_time_s(tokens, tokens * tokens, TP, clock_mhz)
+    """The queue's prefills one after another in the batcher's steps (at its lowest clock's
+    token budget), each step paying the fixed part once: as the function costs them."""
+    steps = -(-prompts * tokens // _batcher().step_tokens)
+    fixed_s = PERF.prefill_time_s(0, 0.0, TP, clock_mhz)
+    return prompts * (PERF.prefill_time_s(tokens, tokens * tokens, TP, clock_mhz) - fixed_s) + steps * fixed_s
 
 
 def test_no_interactive_prompt_waiting_needs_no_clock() -> None:
@@ -124,3 +127,57 @@ def test_a_prompt_prefilling_in_chunks_still_counts_once_nothing_waits() -> None
     assert batcher.running[0].prefilled < batcher.running[0].prefill_target
     clock = prompt_deadline_clock_mhz(batcher, CLOCKS, step.end_s)
     assert clock is not None and clock > CLOCKS[0]
+
+
+def _lagging_batcher() -> ContinuousBatcher:
+    """A replica whose clock reaches its GPUs at the next forward (every 0.25 s) plus 0.1 s."""
+    return ContinuousBatcher(PERF, BatcherConfig(tensor_parallel=TP, clock_mhz=CLOCKS[0], step_time_target_s=0.1,
+                                                 clock_forward_period_s=0.25, clock_change_s=0.1))
+
+
+def test_the_prefill_cost_follows_the_batchers_own_steps() -> None:
+    """A prompt's prefill, chunked into steps that each pay the fixed part, costs what the
+    batcher charges for it, on the default profile and on one whose steps cost more."""
+    for perf in (PERF, default_perf_model("llama2-70b", "h100-80gb", "splitwise-llama2-70b-h100")):
+        for tp, tokens, clock in ((2, 3000, CLOCKS[-1]), (4, 1000, 1005.0), (2, 900, CLOCKS[0])):
+            batcher = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=tp, clock_mhz=clock,
+                                                            step_time_target_s=0.1))
+            batcher.add(_prompt(0, tokens, 1.0), 0.0)
+            estimate_s = PrefillWork(batcher, np.array([float(tokens)]), np.array([float(tokens)])).done_s(clock)[0]
+            t = 0.0
+            while not batcher.running or batcher.running[0].prefilled < batcher.running[0].prefill_target:
+                step = batcher.plan_step(t)
+                assert step is not None
+                t = batcher.finish_step(step).end_s
+            assert 0.999 * t <= estimate_s <= 1.05 * t
+
+
+def test_a_raise_that_lands_late_asks_for_more_clock() -> None:
+    """The GPUs run the present clock until a raise lands: the same prompt needs a higher
+    clock on a replica whose clock lags, and the top one when only it could have helped."""
+    tokens, ttft_s = 3000, 0.35
+    at_once, lagging = _batcher(), _lagging_batcher()
+    for batcher in (at_once, lagging):
+        batcher.add(_prompt(0, tokens, ttft_s), 0.0)
+    now = prompt_deadline_clock_mhz(at_once, CLOCKS, 0.0)
+    late = prompt_deadline_clock_mhz(lagging, CLOCKS, 0.0)
+    assert now is not None and late is not None and CLOCKS[0] < now < late
+    work = PrefillWork(lagging, np.array([float(tokens)]), np.array([float(tokens)]))
+    lag_s = lagging.clock_lands_s(0.0)
+    assert work.finish_s(lag_s, CLOCKS[0], late)[0] <= ttft_s
+    assert work.finish_s(lag_s, CLOCKS[0], CLOCKS[int(np.searchsorted(CLOCKS, late)) - 1])[0] > ttft_s
+
+
+def test_the_ready_clock_holds_what_a_late_raise_could_not_save() -> None:
+    """With no lag any clock is ready (a raise lands at once); with one, the clock a burst
+    needs is higher than one prompt's, and each is the lowest from which a raise saves it."""
+    one, burst = [([2500], 0.35)], [([2500, 2500], 0.35)]
+    assert ready_clock_mhz(_batcher(), CLOCKS, burst) == CLOCKS[0]
+    lagging = _lagging_batcher()
+    lag_s = lagging.clock_lands_s(0.0) + lagging.config.clock_forward_period_s
+    single, several = ready_clock_mhz(lagging, CLOCKS, one), ready_clock_mhz(lagging, CLOCKS, burst)
+    assert CLOCKS[0] < single < several < CLOCKS[-1]
+    for (tokens, ttft_s), clock in ((one[0], single), (burst[0], several)):
+        work = PrefillWork(lagging, np.array(tokens, dtype=float), np.array(tokens, dtype=float))
+        below = CLOCKS[int(np.searchsorted(CLOCKS, clock)) - 1]
+        assert work.finish_s(lag_s, clock, CLOCKS[-1])[-1] <= ttft_s < work.finish_s(lag_s, below, CLOCKS[-1])[-1]

@@ -47,4 +47,5 @@ def test_realtime_engine_runs_the_policies_and_lowers_the_clock():
 
     engine = asyncio.run(main())
     assert engine.batcher.admission.admitted == 4
-    assert engine.batcher.clock_mhz < engine.batcher.perf.gpu.max_clock_mhz
+    # The clock it chose; its GPUs take it at the next forward (tests/unit/engines/test_batching.py).
+    assert engine.batcher.clock_target_mhz < engine.batcher.perf.gpu.max_clock_mhz

@@ -325,3 +325,40 @@ def test_a_started_prompt_yields_only_to_a_fresh_head_due_before_it() -> None:
     assert not yields_to_waiting_head(due_s=1.0, head_due_s=10.0)
     assert not yields_to_waiting_head(due_s=1.0, head_due_s=1.0)
     assert not yields_to_waiting_head(due_s=10.0, head_due_s=None)
+
+
+def test_a_chosen_clock_reaches_the_gpus_at_the_next_forward_plus_its_latency() -> None:
+    """Clocks are forwarded to the GPUs every 0.25 s and take 0.1 s to lock: a clock chosen
+    at 0.3 s runs from 0.6 s, steps before it are costed at the old clock and nothing
+    stalls; a choice made before that forward supersedes it, one made after waits for the
+    next forward."""
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=8, clock_mhz=1980.0, clock_forward_period_s=0.25,
+                                              clock_change_s=0.1))
+    b.request_clock(1200.0, 0.3)
+    b.request_clock(1000.0, 0.4)
+    b.request_clock(1500.0, 0.55)
+    assert b.clock_lands_s(0.3) == 0.6 and b.clock_lands_s(0.55) == 0.85
+    b.add(_req(0, out=200), 0.0)
+    first = b.plan_step(0.59)
+    assert first is not None and first.start_s == 0.59 and b.clock_mhz == 1980.0 and b.clock_target_mhz == 1500.0
+    b.finish_step(first)
+    b.land_clock(0.6)
+    assert b.clock_mhz == 1000.0
+    slower = b.plan_step(0.6)
+    assert slower is not None and slower.start_s == 0.6 and slower.time_s > first.time_s
+    b.finish_step(slower)
+    b.land_clock(0.85)
+    assert b.clock_mhz == 1500.0 and not b.clock_requests
+
+
+def test_a_band_moved_while_serving_is_taken_as_a_chosen_clock() -> None:
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=8, clock_mhz=1980.0, clock_forward_period_s=0.25,
+                                              clock_change_s=0.1))
+    b.set_clock_band(1000.0, 1200.0, now_s=1.05)
+    assert b.clock_mhz == 1980.0 and b.clock_target_mhz == 1000.0
+    b.land_clock(1.6)
+    assert b.clock_mhz == 1000.0
+    b.set_clock_band(1500.0, 1500.0)  # not yet serving: at once
+    assert b.clock_mhz == 1500.0 and not b.clock_requests
