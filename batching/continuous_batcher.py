@@ -756,6 +756,8 @@ class ContinuousBatcher:
 
     def stats(self, now_s: float) -> ReplicaStats:
         self._account_idle(now_s)
+        if self.accounted_until_s is not None and self.accounted_until_s <= now_s:  # no step in flight
+            self.land_clock(now_s)  # an idle replica's GPUs follow their forwarded clock too
         return ReplicaStats(
             queued_requests=len(self.waiting),
             running_requests=len(self.running),

@@ -43,9 +43,9 @@ class ThrottllemConfig(BaseModel):
     clock_lower_interval_s: float = Field(default=1.0, ge=0, description=(
         "Least time (s) between two clock lowerings; raising is not rate-limited."))
     ready_prompt_window_s: float = Field(default=60.0, gt=0, description=(
-        "The clock stays no lower than lets the largest interactive prompt of each TTFT target seen "
-        "in this many seconds meet its TTFT with a raise that lands late (the clock is forwarded to "
-        "the GPUs periodically: OverheadTable)."))
+        "The clock stays no lower than lets the largest burst of interactive prompts (most prompt "
+        "tokens arriving within one clock lag) of each TTFT target seen in this many seconds meet its "
+        "TTFT with a raise that lands late (clocks reach the GPUs periodically: OverheadTable)."))
     clock_refresh_s: float = Field(default=0.5, gt=0, description=(
         "Re-run the clock search at least this often (s) even without admissions (requests end)."))
     table_batch_levels: int = Field(default=24, ge=2, description=(
