@@ -399,10 +399,13 @@ class ContinuousBatcher:
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
+    def _supported_mhz(self, clock_mhz: float) -> float:
+        gpu = self.perf.gpu
+        return float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+
     def set_clock(self, clock_mhz: float) -> None:
         """Run at this clock from now on (a replica not yet serving; tests)."""
-        gpu = self.perf.gpu
-        self.clock_mhz = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+        self.clock_mhz = self._supported_mhz(clock_mhz)
         self.clock_requests.clear()
 
     @property
@@ -416,8 +419,7 @@ class ContinuousBatcher:
         if self.config.clock_forward_period_s <= 0 and self.config.clock_change_s <= 0:
             self.set_clock(clock_mhz)
             return
-        gpu = self.perf.gpu
-        clock = float(min(max(clock_mhz, gpu.min_clock_mhz), gpu.max_clock_mhz))
+        clock = self._supported_mhz(clock_mhz)
         if clock != self.clock_target_mhz:
             self.clock_requests.append((now_s, clock))
 
@@ -427,6 +429,11 @@ class ContinuousBatcher:
         period = self.config.clock_forward_period_s
         sent_s = math.ceil(now_s / period) * period if period > 0 else now_s
         return sent_s + self.config.clock_change_s
+
+    @property
+    def longest_clock_lag_s(self) -> float:
+        """The longest a chosen clock waits to reach the GPUs: chosen just after a forward."""
+        return self.clock_lands_s(0.0) + self.config.clock_forward_period_s
 
     def land_clock(self, now_s: float) -> None:
         """Put on the GPUs the last clock a forward sent early enough to have landed by now:
@@ -439,9 +446,8 @@ class ContinuousBatcher:
             sent_by = math.floor(sent_by / period) * period
         landed = [clock for at, clock in self.clock_requests if at <= sent_by]
         if landed:
-            gpu_clock = landed[-1]
             self.clock_requests = [(at, clock) for at, clock in self.clock_requests if at > sent_by]
-            self.clock_mhz = gpu_clock
+            self.clock_mhz = landed[-1]
 
     def set_clock_band(self, low_mhz: float, high_mhz: float, now_s: float | None = None) -> None:
         """Bound the clock hook's choices (the planner's band for this pool). The clock moves

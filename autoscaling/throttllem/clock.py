@@ -53,7 +53,7 @@ class ThrottllemClock:
         """The clock below which the largest recent burst of prompts of each TTFT target (the
         most prompt tokens arriving within one raise's lag) could not be saved by a raise
         (prompt_deadlines.ready_clock_mhz)."""
-        lag_s = batcher.clock_lands_s(0.0) + batcher.config.clock_forward_period_s
+        lag_s = batcher.longest_clock_lag_s
         largest: dict[float, list[int]] = {}
         for ttft_s in {p[2] for p in self._prompts}:
             arrivals = [(at, tokens) for at, tokens, target in self._prompts if target == ttft_s]

@@ -97,7 +97,7 @@ def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: 
     prefills within `headroom` of the TTFT once the top clock it then asks for lands, a
     whole forward period plus the lock's latency later. Below it, only a clock already
     high saves such a burst: a raise would come too late."""
-    lag_s = batcher.clock_lands_s(0.0) + batcher.config.clock_forward_period_s
+    lag_s = batcher.longest_clock_lag_s
     top = float(clocks_mhz[-1])
 
     def saved_from(work: PrefillWork, due_s: float) -> Callable[[float], bool]:
