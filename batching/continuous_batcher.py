@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from batching.deadline_order import deadline_insert_index, yields_to_waiting_head
-from batching.step_budget import tbt_bounded_step_tokens
+from batching.step_budget import STEP_TOKEN_CHOICES, fit_chunks_to_step_time, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
 from core.request import Request
@@ -26,6 +26,10 @@ from energy.perf_model import PerfModel
 def _fresh(seq: Sequence) -> bool:
     """A prompt not yet started here (a preempted or resumed sequence is not)."""
     return seq.generated == 0 and not seq.preempted_here
+
+
+def _interactive(seq: Sequence) -> bool:
+    return seq.request.service_class == "interactive"
 
 
 def _ttft_due_s(seq: Sequence) -> float:
@@ -112,7 +116,9 @@ class BatcherConfig:
     max_batched_tokens: int = 8192
     # Chunked prefill sized to the TBT target: each step takes at most the tokens whose
     # step fits in this long at the replica's TP (batching.step_budget), never more than
-    # max_batched_tokens. None: every step may take max_batched_tokens.
+    # max_batched_tokens, and beside interactive decodes the chunks are trimmed so that the
+    # step itself fits (or runs only on time those decodes banked under their mean TBT).
+    # None: every step may take max_batched_tokens.
     step_time_target_s: float | None = None
     block_size: int = 16
     kv_capacity_tokens: int | None = None  # default: what the model leaves free at this TP
@@ -382,6 +388,27 @@ class ContinuousBatcher:
             chunks.append((seq, n))
             budget -= n
         return budget
+
+    def _step_limit_s(self, decodes: list[Sequence], now_s: float) -> float | None:
+        """How long a step with prefill chunks may run beside `decodes`: step_time_target_s, or
+        longer as far as every interactive request decoding in it keeps its mean TBT (the time
+        it banked under its TBT target since its first token); None: no interactive decode
+        waits on it (batch work has deadlines, not a TBT), or no target."""
+        target_s = self.config.step_time_target_s
+        if target_s is None:
+            return None
+        banked = [s.request.slo.tbt_s * s.generated - (now_s - s.first_token_s)
+                  for s in decodes if _interactive(s) and s.first_token_s is not None]
+        return max(target_s, min(banked)) if banked else None
+
+    def _fit_to_step_time(self, chunks: list[tuple[Sequence, int]], decodes: int,
+                          decode_context: int, limit_s: float) -> list[tuple[Sequence, int]]:
+        """The chunks trimmed so that the step fits `limit_s` (batching.step_budget: the token
+        budget is a fresh chunk's step alone)."""
+        sizes = fit_chunks_to_step_time(
+            self.perf, self.tensor_parallel, self.clock_mhz, [(s.prefilled, n) for s, n in chunks],
+            decodes, decode_context, limit_s, min(STEP_TOKEN_CHOICES[0], self.config.max_batched_tokens))
+        return [(s, n) for (s, _), n in zip(chunks, sizes, strict=True) if n > 0]
 
     def abort(self, request_id: str) -> bool:
         """Drop a request wherever it is and free its KV; False if unknown."""
@@ -677,6 +704,9 @@ class ContinuousBatcher:
         self._prefill_running(behind, chunks, budget)  # what the prompts due earlier left
         if not chunks and not decodes:
             return None
+        step_limit_s = self._step_limit_s(decodes, now_s) if chunks else None
+        if step_limit_s is not None:
+            chunks = self._fit_to_step_time(chunks, len(decodes), decode_context, step_limit_s)
         prefill_tokens = sum(n for _, n in chunks)
         sum_sq = sum(n * (s.prefilled + n) for s, n in chunks)
         cost = self.perf.iteration(
@@ -784,7 +814,7 @@ class ContinuousBatcher:
             preemptions=self.preemptions,
             completed_requests=self.completed,
             tokens_generated=self.tokens_generated,
-            interactive_running=sum(1 for s in self.running if s.request.service_class == "interactive"),
+            interactive_running=sum(1 for s in self.running if _interactive(s)),
             batch_waiting=sum(1 for s in self.waiting if s.request.service_class == "batch"),
             class_rates_per_s=self.class_rates_per_s(now_s),
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),

@@ -11,7 +11,14 @@ A replica's budget follows its clock: a lower clock makes a step of the same tok
 so the budget shrinks with it, and a step stays within the target at any clock. That also
 bounds what a short prompt waits behind a long one's chunks where prompts prefill by TTFT
 deadline (one step). vLLM fixes `max_num_batched_tokens` when an engine starts, so its pools
-take the budget at the GPU's top clock (serve_config.gpu.yaml). The fluid model
+take the budget at the GPU's top clock (serve_config.gpu.yaml).
+
+The budget counts tokens, sized for a fresh chunk's step alone; a chunk deep into its prompt
+or beside many decodes takes longer. So the batcher costs each step it plans and trims its
+chunks (fit_chunks_to_step_time) to the target, or beyond it only as far as every interactive
+request decoding in the step has banked time under its mean-TBT target since its first token
+(batch work has deadlines, not a TBT: beside batch decodes alone a chunk is not trimmed).
+vLLM's scheduler keeps its fixed budget. The fluid model
 the planner costs shapes with charges each prompt's prefill once whatever its chunks, so
 the planner and the batchers agree on the work; chunking only spreads it over steps.
 """
@@ -33,3 +40,51 @@ def tbt_bounded_step_tokens(perf: PerfModel, tp: int, step_time_s: float, ceilin
     fitting = [n for n in STEP_TOKEN_CHOICES if n <= ceiling
                and perf.iteration(n, float(n) * n, 0, 0, tp, clock).time_s <= step_time_s]
     return max(fitting, default=min(STEP_TOKEN_CHOICES[0], ceiling))
+
+
+def step_time_s(perf: PerfModel, tp: int, clock_mhz: float, chunks: list[tuple[int, int]],
+                decodes: int, decode_context: int) -> float:
+    """One step's time: `chunks` as (tokens already prefilled, tokens now), beside `decodes`
+    sequences holding `decode_context` tokens."""
+    tokens = sum(n for _, n in chunks)
+    sum_sq = float(sum(n * (done + n) for done, n in chunks))
+    return perf.iteration(tokens, sum_sq, decodes, decode_context, tp, clock_mhz).time_s
+
+
+def fit_chunks_to_step_time(perf: PerfModel, tp: int, clock_mhz: float, chunks: list[tuple[int, int]],
+                            decodes: int, decode_context: int, target_s: float, floor_tokens: int) -> list[int]:
+    """Each chunk's tokens, trimmed from the last chunk back, so that the step fits `target_s`.
+
+    The token budget is the step of a fresh chunk alone. A chunk deep into its prompt (its
+    attention reads what is already prefilled) or beside many decodes takes longer: on the
+    coding trace a 1,021-token chunk after 510 prefilled tokens, beside 3 decodes, took 103 ms
+    against a 100 ms target, and a 6-token answer decoding beside it missed its mean TBT.
+    Prefill still progresses: the chunks keep at least `floor_tokens` between them (or all
+    they had, if fewer)."""
+    sizes = [n for _, n in chunks]
+    floor_left = min(floor_tokens, sum(sizes))
+
+    def fits() -> bool:
+        kept = [(done, n) for (done, _), n in zip(chunks, sizes, strict=True) if n > 0]
+        return step_time_s(perf, tp, clock_mhz, kept, decodes, decode_context) <= target_s
+
+    for i in range(len(sizes) - 1, -1, -1):
+        if fits():
+            break
+        before = sum(sizes[:i])
+        low = max(floor_left - before, 0)  # the fewest this chunk may keep
+        original = sizes[i]
+        sizes[i] = low
+        if not fits() or low == original:
+            continue  # even its fewest is too long: trim the chunks before it too
+        hi = original  # invariant: sizes[i] = low fits, hi does not
+        while hi - low > 1:
+            mid = (low + hi) // 2
+            sizes[i] = mid
+            if fits():
+                low = mid
+            else:
+                hi = mid
+        sizes[i] = low
+        break
+    return sizes

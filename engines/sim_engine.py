@@ -67,8 +67,9 @@ class SimEngineConfig(BaseModel):
     step_time_target_s: float | None = Field(default=None, gt=0, description=(
         "Chunked prefill sized to the TBT target: a step takes at most the tokens whose step fits "
         "in this long at the replica's TP (batching.step_budget; the one controller's replicas: the "
-        "tightest TBT target, 0.1 s) at the replica's TP and the clock it runs. None: every step may "
-        "take max_batched_tokens."))
+        "tightest TBT target, 0.1 s) at the replica's TP and the clock it runs; beside interactive "
+        "decodes the chunks are trimmed so that the step fits (or runs only on time those decodes "
+        "banked under their mean TBT). None: every step may take max_batched_tokens."))
     interactive_first: bool = Field(default=False, description=(
         "Chiron's mixed replicas: interactive requests go first and preempt batch ones."))
     prefill_by_ttft_deadline: bool = Field(default=False, description=(

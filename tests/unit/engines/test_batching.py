@@ -2,7 +2,7 @@
 
 from itertools import pairwise
 
-from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
+from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Sequence, Step
 from batching.deadline_order import yields_to_waiting_head
 from core.request import Request
 from core.slo import SLO
@@ -254,6 +254,67 @@ def test_step_budget_follows_the_clock_so_a_step_fits_the_target_at_any_clock() 
     assert low_tokens < top_tokens
     assert perf.iteration(low_tokens, low_tokens**2, 0, 0, 4, perf.gpu.min_clock_mhz).time_s <= 0.1
     assert perf.iteration(top_tokens, top_tokens**2, 0, 0, 4, perf.gpu.min_clock_mhz).time_s > 0.1
+
+
+def _long_prompt_beside_decodes(service_class: str) -> tuple[list[Sequence], list[tuple[Step, int, float]]]:
+    """A TP4 batcher (steps of 0.1 s, prompts by TTFT deadline) four chunks into a prompt of 12
+    step budgets when 16 short `service_class` requests (6 tokens out) arrive; each step of the
+    prompt's chunk alone beside their decodes, with the chunk the budget alone would have taken
+    and that step's time; the finished requests."""
+    from batching.step_budget import step_time_s
+
+    perf = default_perf_model()
+    b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=4, step_time_target_s=0.1, prefill_by_ttft_deadline=True))
+    budget = b.step_tokens
+    b.add(Request("long", 12 * budget, 5, 0.0, SLO(ttft_s=5.0, tbt_s=0.1)), 0.0)
+    t = 0.0
+    for _ in range(4):
+        t = b.finish_step(b.plan_step(t)).end_s
+    for i in range(16):
+        b.add(Request(f"d{i}", 100, 6, t, SLO_, service_class=service_class), t)
+    steps, finished = [], []
+    while b.has_work():
+        step = b.plan_step(t)
+        if [s.request_id for s, _ in step.prefill_chunks] == ["long"] and step.decodes:
+            seq = step.prefill_chunks[0][0]
+            untrimmed = min(budget - len(step.decodes), seq.prefill_target - seq.prefilled)  # a decode takes a token
+            steps.append((step, untrimmed, step_time_s(perf, 4, b.clock_mhz, [(seq.prefilled, untrimmed)],
+                                                       len(step.decodes), sum(s.context_tokens for s in step.decodes))))
+        out = b.finish_step(step)
+        finished += out.finished
+        t = out.end_s
+    return finished, steps
+
+
+def test_a_chunk_deep_into_its_prompt_beside_decodes_keeps_their_mean_tbt() -> None:
+    """The token budget is a fresh chunk's step alone. A later chunk's attention reads what is
+    already prefilled and decodes beside it add their part (code: a 1,021-token chunk after 510
+    tokens beside 3 decodes took 103 ms against 100 ms, and a 6-token answer missed its mean
+    TBT): the batcher trims the chunk so that each decoding interactive request keeps its mean
+    TBT, and the prompt still prefills whole."""
+    finished, steps = _long_prompt_beside_decodes("interactive")
+    assert any(untrimmed_s > 0.1 for _, _, untrimmed_s in steps)  # the budget alone would have run over
+    assert any(step.prefill_chunks[0][1] < untrimmed for step, untrimmed, _ in steps)  # so some were trimmed
+    assert len(finished) == 17
+    for seq in finished:
+        assert seq.last_token_s - seq.first_token_s <= seq.request.slo.tbt_s * (seq.generated - 1) + 1e-9
+
+
+def test_batch_decodes_do_not_trim_a_chunk() -> None:
+    """Batch work has deadlines, not a TBT: beside batch decodes a chunk takes the whole budget."""
+    _, steps = _long_prompt_beside_decodes("batch")
+    assert any(step.time_s > 0.1 for step, _, _ in steps)
+    assert all(step.prefill_chunks[0][1] == untrimmed for step, untrimmed, _ in steps)
+
+
+def test_trimming_keeps_prefill_progressing_when_decodes_alone_fill_the_step() -> None:
+    from batching.step_budget import fit_chunks_to_step_time
+
+    perf = default_perf_model()
+    sizes = fit_chunks_to_step_time(perf, 2, 1980, [(0, 300), (4000, 500)], 200, 200 * 3000, 0.01, 256)
+    assert sizes == [256, 0]  # the last chunk goes, the first keeps the floor
+    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 100)], 200, 200 * 3000, 0.01, 256) == [100]
+    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 512), (0, 512)], 0, 0, 10.0, 256) == [512, 512]
 
 
 def _long_prompt_started(prefill_by_ttft_deadline: bool) -> tuple[ContinuousBatcher, float]:
