@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from batching.deadline_order import deadline_insert_index, yields_to_waiting_head
-from batching.step_budget import STEP_TOKEN_CHOICES, fit_chunks_to_step_time, tbt_bounded_step_tokens
+from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
 from core.request import Request
@@ -407,7 +407,7 @@ class ContinuousBatcher:
         budget is a fresh chunk's step alone)."""
         sizes = fit_chunks_to_step_time(
             self.perf, self.tensor_parallel, self.clock_mhz, [(s.prefilled, n) for s, n in chunks],
-            decodes, decode_context, limit_s, min(STEP_TOKEN_CHOICES[0], self.config.max_batched_tokens))
+            decodes, decode_context, limit_s, self.config.max_batched_tokens)
         return [(s, n) for (s, _), n in zip(chunks, sizes, strict=True) if n > 0]
 
     def abort(self, request_id: str) -> bool:
@@ -708,7 +708,7 @@ class ContinuousBatcher:
         if step_limit_s is not None:
             chunks = self._fit_to_step_time(chunks, len(decodes), decode_context, step_limit_s)
         prefill_tokens = sum(n for _, n in chunks)
-        sum_sq = sum(n * (s.prefilled + n) for s, n in chunks)
+        sum_sq = prefill_sum_sq((s.prefilled, n) for s, n in chunks)
         cost = self.perf.iteration(
             prefill_tokens, sum_sq, len(decodes), decode_context, self.tensor_parallel, self.clock_mhz,
         )

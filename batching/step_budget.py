@@ -25,6 +25,8 @@ the planner and the batchers agree on the work; chunking only spreads it over st
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from energy.perf_model import PerfModel
 
 # Budgets a replica may get: powers of two, like the values vLLM users set.
@@ -39,7 +41,18 @@ def tbt_bounded_step_tokens(perf: PerfModel, tp: int, step_time_s: float, ceilin
     clock = perf.gpu.max_clock_mhz if clock_mhz is None else clock_mhz
     fitting = [n for n in STEP_TOKEN_CHOICES if n <= ceiling
                and perf.iteration(n, float(n) * n, 0, 0, tp, clock).time_s <= step_time_s]
-    return max(fitting, default=min(STEP_TOKEN_CHOICES[0], ceiling))
+    return max(fitting, default=progress_tokens(ceiling))
+
+
+def progress_tokens(ceiling: int) -> int:
+    """The prefill tokens a step takes however long it runs, so that prefill always progresses."""
+    return min(STEP_TOKEN_CHOICES[0], ceiling)
+
+
+def prefill_sum_sq(chunks: Iterable[tuple[int, int]]) -> int:
+    """The attention work of prefill `chunks`, each (tokens already prefilled, tokens now): what
+    PerfModel.iteration's `prefill_sum_sq` takes."""
+    return sum(n * (done + n) for done, n in chunks)
 
 
 def step_time_s(perf: PerfModel, tp: int, clock_mhz: float, chunks: list[tuple[int, int]],
@@ -47,22 +60,21 @@ def step_time_s(perf: PerfModel, tp: int, clock_mhz: float, chunks: list[tuple[i
     """One step's time: `chunks` as (tokens already prefilled, tokens now), beside `decodes`
     sequences holding `decode_context` tokens."""
     tokens = sum(n for _, n in chunks)
-    sum_sq = float(sum(n * (done + n) for done, n in chunks))
-    return perf.iteration(tokens, sum_sq, decodes, decode_context, tp, clock_mhz).time_s
+    return perf.iteration(tokens, float(prefill_sum_sq(chunks)), decodes, decode_context, tp, clock_mhz).time_s
 
 
 def fit_chunks_to_step_time(perf: PerfModel, tp: int, clock_mhz: float, chunks: list[tuple[int, int]],
-                            decodes: int, decode_context: int, target_s: float, floor_tokens: int) -> list[int]:
+                            decodes: int, decode_context: int, target_s: float, ceiling: int) -> list[int]:
     """Each chunk's tokens, trimmed from the last chunk back, so that the step fits `target_s`.
 
     The token budget is the step of a fresh chunk alone. A chunk deep into its prompt (its
     attention reads what is already prefilled) or beside many decodes takes longer: on the
     coding trace a 1,021-token chunk after 510 prefilled tokens, beside 3 decodes, took 103 ms
     against a 100 ms target, and a 6-token answer decoding beside it missed its mean TBT.
-    Prefill still progresses: the chunks keep at least `floor_tokens` between them (or all
-    they had, if fewer)."""
+    Prefill still progresses: the chunks keep at least progress_tokens(`ceiling`) between them
+    (or all they had, if fewer)."""
     sizes = [n for _, n in chunks]
-    floor_left = min(floor_tokens, sum(sizes))
+    floor_left = min(progress_tokens(ceiling), sum(sizes))
 
     def fits() -> bool:
         kept = [(done, n) for (done, _), n in zip(chunks, sizes, strict=True) if n > 0]
@@ -75,7 +87,7 @@ def fit_chunks_to_step_time(perf: PerfModel, tp: int, clock_mhz: float, chunks: 
         low = max(floor_left - before, 0)  # the fewest this chunk may keep
         original = sizes[i]
         sizes[i] = low
-        if not fits() or low == original:
+        if not fits():
             continue  # even its fewest is too long: trim the chunks before it too
         hi = original  # invariant: sizes[i] = low fits, hi does not
         while hi - low > 1:

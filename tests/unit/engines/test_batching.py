@@ -311,10 +311,10 @@ def test_trimming_keeps_prefill_progressing_when_decodes_alone_fill_the_step() -
     from batching.step_budget import fit_chunks_to_step_time
 
     perf = default_perf_model()
-    sizes = fit_chunks_to_step_time(perf, 2, 1980, [(0, 300), (4000, 500)], 200, 200 * 3000, 0.01, 256)
+    sizes = fit_chunks_to_step_time(perf, 2, 1980, [(0, 300), (4000, 500)], 200, 200 * 3000, 0.01, 8192)
     assert sizes == [256, 0]  # the last chunk goes, the first keeps the floor
-    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 100)], 200, 200 * 3000, 0.01, 256) == [100]
-    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 512), (0, 512)], 0, 0, 10.0, 256) == [512, 512]
+    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 100)], 200, 200 * 3000, 0.01, 8192) == [100]
+    assert fit_chunks_to_step_time(perf, 2, 1980, [(0, 512), (0, 512)], 0, 0, 10.0, 8192) == [512, 512]
 
 
 def _long_prompt_started(prefill_by_ttft_deadline: bool) -> tuple[ContinuousBatcher, float]:
