@@ -72,7 +72,9 @@ class WattwiseConfig(BaseModel):
     plan_interval_s: float = Field(default=5.0, gt=0, description=(
         "Re-plan instances and clock bands this often (DynamoLLM's instance epoch)."))
     pool_epoch_s: float = Field(default=300.0, gt=0, description=(
-        "TP changes are considered this often (DynamoLLM's pool epoch)."))
+        "TP changes are considered this often (DynamoLLM's pool epoch); between epochs a pool "
+        "changes TP only when its TP cannot carry the load, or when it must start instances "
+        "anyway and the cheaper TP's pay the switch."))
     overload_queue_per_replica: float = Field(default=4.0, gt=0, description=(
         "Requests waiting per replica beyond which a pool gets an instance at once."))
     fold_pools: bool = Field(default=True, description=(

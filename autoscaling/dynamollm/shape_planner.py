@@ -17,7 +17,9 @@ Instances grow at once and shrink only after the smaller count held for
 `downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill
 from zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch
 when the watts it saves over the epoch pay the reconfiguration (the shared overhead
-table), or at once when the current TP cannot carry the load. The plan's clock is a band:
+table), or at once when the current TP cannot carry the load, or when the pool must start
+instances anyway and the switch pays (growing at the old TP and re-sharding at the next
+epoch would hold both shapes' GPUs in between). The plan's clock is a band:
 its floor is the planned clock, its ceiling the GPU's top, and the replicas' per-step
 clock hook searches inside it.
 The profile may be wrong for the engines that run: each pool is planned at the speed its
@@ -266,6 +268,7 @@ class PoolShapePlanner:
         self._bursty_until: dict[str, float] = {}
         self._first_planned_s: dict[str, float] = {}
         self._next_epoch_s: float | None = None
+        self._first_epoch_at_s = math.inf  # before it the operator's TP stands
 
     def shape(self, pool: str) -> PoolShape | None:
         return self._shape.get(pool)
@@ -310,7 +313,7 @@ class PoolShapePlanner:
         """Whether a pool epoch (TP changes, pool folding) is due; the first comes
         `first_epoch_s` after the first plan, so load is observed first."""
         if self._next_epoch_s is None:
-            self._next_epoch_s = now_s + self.config.first_epoch_s
+            self._next_epoch_s = self._first_epoch_at_s = now_s + self.config.first_epoch_s
         return now_s >= self._next_epoch_s
 
     def dilation(self, pool: str, step_time_ratios: list[float]) -> Dilation:
@@ -387,7 +390,7 @@ class PoolShapePlanner:
         `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
         `late` (replicas over their TTFT target) asks for one instance beyond the forecast's;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
-        TP is kept until the first pool epoch); `dilation` is how much slower than the
+        TP is kept until the first pool epoch, even if it grows); `dilation` is how much slower than the
         profile its replicas measure themselves; `replicas` what they do that costs depend on."""
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
@@ -404,9 +407,15 @@ class PoolShapePlanner:
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = self.cheapest(planned, gpus_available, max_instances, [current.tensor_parallel], dilation,
                                     replicas, gpu_w)
-            # Keep the TP until an epoch finds the switch worth its cost, and while the replicas
-            # run off the profile: their speed was measured at this TP and says little of another.
-            if same_tp is not None and not (epoch and dilation is AS_PROFILED and self._pays(same_tp, best)):
+            # Keep the TP while the replicas run off the profile (their speed was measured at
+            # this TP and says little of another), and otherwise until the switch is worth its
+            # cost: at an epoch, or, once the first has come, as soon as the pool must start
+            # instances anyway (they may as well be the cheaper TP's: growing at the old TP and
+            # re-sharding at the next epoch holds both shapes' GPUs in between).
+            growing = (same_tp is not None and same_tp.instances > current.instances
+                       and now_s >= self._first_epoch_at_s)
+            if same_tp is not None and not ((epoch or growing) and dilation is AS_PROFILED
+                                            and self._pays(same_tp, best)):
                 best = same_tp
         instances = best.instances
         cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)

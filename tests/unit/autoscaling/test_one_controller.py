@@ -321,6 +321,33 @@ def test_pools_whose_replicas_run_off_the_profile_neither_fold_nor_change_tp(pro
     assert kept.tensor_parallel == 2 and kept.instances >= 2
 
 
+def test_a_pool_that_must_grow_starts_the_cheaper_tps_instances_without_waiting_for_an_epoch(profile) -> None:
+    """Growing at the old TP and re-sharding at the next epoch holds both shapes' GPUs in
+    between (the conversation trace's peak: two TP4 replicas for 160 s, then three TP2). The
+    instances start anyway, so they start at the cheaper TP; without one to start, a switch
+    still waits for an epoch; before the first, the operator's TP stands; and replicas off the
+    profile keep their TP."""
+    running = PoolShape(tensor_parallel=4, instances=1, clock_mhz=max(profile.clocks_mhz), power_w=math.inf)
+
+    def between_epochs() -> PoolShapePlanner:
+        planner = PoolShapePlanner(profile, ShapePlannerConfig(first_epoch_s=0.0), LENGTHS,
+                                   reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+        assert planner.at_epoch(0.0)
+        planner.end_epoch(0.0)  # the next one is 300 s away
+        return planner
+
+    assert between_epochs().cheapest({"LM": 8.0}, 96, tps=[4]).instances == 2  # TP4 would grow to two
+    grown = between_epochs().plan("p", {"LM": 8.0}, 96, 0, running, 10.0)
+    assert (grown.tensor_parallel, grown.instances) == (2, 3)
+    assert between_epochs().cheapest({"LM": 5.0}, 96, held_gpu_w=200.0).tensor_parallel == 2  # cheaper, but
+    kept = between_epochs().plan("p", {"LM": 5.0}, 96, 0, running, 10.0)
+    assert (kept.tensor_parallel, kept.instances) == (4, 1)  # nothing to start: wait for the epoch
+    off = between_epochs().plan("p", {"LM": 8.0}, 96, 0, running, 10.0, dilation=Dilation(1.2))
+    assert off.tensor_parallel == 4 and off.instances >= 2
+    first = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    assert first.plan("p", {"LM": 8.0}, 96, 0, running, 0.0).tensor_parallel == 4  # its first epoch: 60 s away
+
+
 def test_a_folded_pools_classes_move_only_once_the_host_serves_its_planned_shape(profile) -> None:
     """Make before break: while the host still runs another TP than planned (its new engines
     starting), the folded pool keeps its replicas and its classes; they move once the host's
