@@ -18,9 +18,9 @@ or beside many decodes takes longer. So the batcher costs each step it plans and
 chunks (fit_chunks_to_step_time) to the target, or beyond it only as far as every interactive
 request decoding in the step has banked time under its mean-TBT target since its first token
 (batch work has deadlines, not a TBT: beside batch decodes alone a chunk is not trimmed).
-vLLM's scheduler keeps its fixed budget. The fluid model
-the planner costs shapes with charges each prompt's prefill once whatever its chunks, so
-the planner and the batchers agree on the work; chunking only spreads it over steps.
+vLLM's scheduler keeps its fixed budget. The fluid model the planner costs shapes with
+charges each prompt's prefill once whatever its chunks, so the planner and the batchers
+agree on the work; chunking only spreads it over steps.
 """
 
 from __future__ import annotations

@@ -390,8 +390,9 @@ class PoolShapePlanner:
         `backlog_instances` (what requests queueing beyond the plan call for) is a floor;
         `late` (replicas over their TTFT target) asks for one instance beyond the forecast's;
         `running` is what the runtime runs, adopted the first time a pool is planned (its
-        TP is kept until the first pool epoch, even if it grows); `dilation` is how much slower than the
-        profile its replicas measure themselves; `replicas` what they do that costs depend on."""
+        TP is kept until the first pool epoch, even if it grows); `dilation` is how much
+        slower than the profile its replicas measure themselves; `replicas` what they do that
+        costs depend on."""
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config
@@ -412,11 +413,10 @@ class PoolShapePlanner:
             # cost: at an epoch, or, once the first has come, as soon as the pool must start
             # instances anyway (they may as well be the cheaper TP's: growing at the old TP and
             # re-sharding at the next epoch holds both shapes' GPUs in between).
-            growing = (same_tp is not None and same_tp.instances > current.instances
-                       and now_s >= self._first_epoch_at_s)
-            if same_tp is not None and not ((epoch or growing) and dilation is AS_PROFILED
-                                            and self._pays(same_tp, best)):
-                best = same_tp
+            if same_tp is not None:
+                growing = same_tp.instances > current.instances and now_s >= self._first_epoch_at_s
+                if not ((epoch or growing) and dilation is AS_PROFILED and self._pays(same_tp, best)):
+                    best = same_tp
         instances = best.instances
         cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)
         if backlog_instances > current.instances:

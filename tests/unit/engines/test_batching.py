@@ -4,6 +4,7 @@ from itertools import pairwise
 
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Sequence, Step
 from batching.deadline_order import yields_to_waiting_head
+from batching.step_budget import fit_chunks_to_step_time, step_time_s
 from core.request import Request
 from core.slo import SLO
 from energy.calibration import default_perf_model
@@ -261,8 +262,6 @@ def _long_prompt_beside_decodes(service_class: str) -> tuple[list[Sequence], lis
     step budgets when 16 short `service_class` requests (6 tokens out) arrive; each step of the
     prompt's chunk alone beside their decodes, with the chunk the budget alone would have taken
     and that step's time; the finished requests."""
-    from batching.step_budget import step_time_s
-
     perf = default_perf_model()
     b = ContinuousBatcher(perf, BatcherConfig(tensor_parallel=4, step_time_target_s=0.1, prefill_by_ttft_deadline=True))
     budget = b.step_tokens
@@ -308,8 +307,6 @@ def test_batch_decodes_do_not_trim_a_chunk() -> None:
 
 
 def test_trimming_keeps_prefill_progressing_when_decodes_alone_fill_the_step() -> None:
-    from batching.step_budget import fit_chunks_to_step_time
-
     perf = default_perf_model()
     sizes = fit_chunks_to_step_time(perf, 2, 1980, [(0, 300), (4000, 500)], 200, 200 * 3000, 0.01, 8192)
     assert sizes == [256, 0]  # the last chunk goes, the first keeps the floor
