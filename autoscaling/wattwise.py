@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
@@ -47,26 +47,16 @@ from core.plan import ClusterPlan
 from core.plan_ownership import compose
 from core.roles import BATCH_QUEUE_DEPLOYMENT
 from core.view import ClusterView, DeploymentView
-from energy.calibration import default_perf_model
 from energy.profile import EnergyProfile
-from energy.profile_builder import build_profile
+from energy.profile_source import EnergyProfileSource
 
 
-class WattwiseConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class WattwiseConfig(EnergyProfileSource):
     pools: dict[str, list[str]] = Field(description="Deployment name -> the length classes it serves.")
     cluster_gpus: int = Field(default=96, gt=0, description="GPUs the pools may hold together.")
     tensor_parallel_options: dict[str, list[int]] = Field(default_factory=dict, description=(
         "Pool -> the TPs it may run (a vLLM pool: its tensor_parallel_options, shadow-deployed); "
         "pools not listed may run every TP the profile has (the sim engine re-shards)."))
-    model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
-    hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
-    profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the energy profile is built from;"
-        " None: the default for model and hardware."))
-    profile_path: str | None = Field(default=None, description=(
-        "An energy profile from `wattwise profile --out`; None builds one from the perf model."))
     planner: ShapePlannerConfig = Field(default_factory=ShapePlannerConfig,
                                         description="DynamoLLM layer: how pool shapes follow load.")
     plan_interval_s: float = Field(default=5.0, gt=0, description=(
@@ -99,17 +89,14 @@ class WattwisePolicy:
     def __init__(self, config: WattwiseConfig, profile: EnergyProfile | None = None) -> None:
         self.config = config
         self.lengths = LengthClassConfig()
-        if profile is None:
-            profile = (EnergyProfile.load(config.profile_path) if config.profile_path
-                       else build_profile(default_perf_model(config.model, config.hardware, config.profile),
-                                          max_kv_utilisation=config.planner.kv_headroom))
+        profile = config.energy_profile(config.planner.kv_headroom) if profile is None else profile
         self.profile = profile
         for pool, options in config.tensor_parallel_options.items():
             # A pool limited to TPs the profile lacks would be planned at one it cannot model.
             if not set(options) & set(profile.tensor_parallel_degrees):
                 raise ValueError(
                     f"pool {pool} may run TP{options}, but the energy profile "
-                    f"({config.profile_path or config.profile or 'the default'}) has "
+                    f"({config.profile_name()}) has "
                     f"TP{list(profile.tensor_parallel_degrees)} only")
         self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
                                         reconfigure_cost_s=config.overheads.reshard_s,

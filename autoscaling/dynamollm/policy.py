@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from autoscaling.dynamollm.cluster_manager import PoolDemand, size_pools
 from autoscaling.dynamollm.instance_manager import lowest_energy_clock, step_up
@@ -27,26 +27,16 @@ from core.overheads import OverheadTable
 from core.plan import ClusterPlan
 from core.slo import SLO
 from core.view import ClusterView, DeploymentView
-from energy.calibration import default_perf_model
 from energy.profile import EnergyProfile
-from energy.profile_builder import build_profile
+from energy.profile_source import EnergyProfileSource
 
 MAX_TP = 8
 
 
-class DynamoLLMConfig(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
+class DynamoLLMConfig(EnergyProfileSource):
     pools: dict[str, list[str]] = Field(description=(
         "Deployment name -> the length classes it serves, smallest requests first."))
     cluster_gpus: int = Field(default=96, gt=0, description="GPUs the cluster manager may hand out to the pools.")
-    model: str = Field(default="llama2-70b", description="Model the energy profile is built for.")
-    hardware: str = Field(default="h100-80gb", description="GPU the energy profile is built for.")
-    profile: str | None = Field(default=None, description=(
-        "Named perf/power profile (energy.profiles) the energy profile is built from;"
-        " None: the default for model and hardware."))
-    profile_path: str | None = Field(default=None, description=(
-        "A `wattwise profile` output to load the energy profile from; None: built from the model."))
     warmup_s: float = Field(default=60.0, ge=0, description=(
         "The first cluster epoch waits this long (s) after the first replica stats, to observe load; "
         "until then the runtime's provisioned pools stay as they are."))
@@ -108,10 +98,7 @@ class DynamoLLMPolicy:
     def __init__(self, config: DynamoLLMConfig, profile: EnergyProfile | None = None) -> None:
         self.config = config
         self.lengths = LengthClassConfig()
-        if profile is None and config.profile_path:
-            profile = EnergyProfile.load(config.profile_path)
-        if profile is None:
-            profile = build_profile(default_perf_model(config.model, config.hardware, config.profile))
+        profile = config.energy_profile() if profile is None else profile
         self.profile = profile
         self.max_clock = max(profile.clocks_mhz)
         self.predictor = WeeklyTemplatePredictor(slot_s=config.cluster_epoch_s)
