@@ -6,7 +6,8 @@
 Workloads: (a) the Azure conversation trace, 1 h, and its second half alone
 ("conv-heldout"); (b) the coding trace, 1 h, its second half alone ("code-heldout"), and its
 minutes in an order drawn from --seed ("code-shuffled": the same bursts in a sequence that no
-rule was read from);
+rule was read from); each trace's two halves at once ("conv-doubled", "code-doubled": twice
+the rate for 30 min, bursts coinciding, a load no setting was chosen at);
 (c) the conversation trace with 30% of requests in the batch service class (1 h deadlines),
 and its held-out half with a Batch API job of 3,000 requests landing at once 5 min in
 ("batch-dump", Chiron's W_B on top of interactive traffic) or of 25,000 ("batch-deadline":
@@ -58,6 +59,7 @@ from sim.workload import (
     fit_context,
     load_trace,
     shuffle_blocks,
+    superpose,
     window,
     with_batch_fraction,
 )
@@ -89,6 +91,9 @@ def workload(name: str, diurnal_hours: float, seed: int, diurnal_rate: float = 2
         w = window(load_trace("code"), 1800.0, 1800.0)
     elif name == "code-shuffled":  # code's minutes in an order drawn from the seed: bursts no rule was read from
         w = shuffle_blocks(load_trace("code"), 60.0, rng)
+    elif name in ("conv-doubled", "code-doubled"):  # both halves at once: twice the rate, a load nothing was set at
+        trace = load_trace(name.removesuffix("-doubled"))
+        w = superpose(window(trace, 0.0, 1800.0), window(trace, 1800.0, 1800.0))
     elif name == "batch-mix":
         w = with_batch_fraction(conv, 0.3, rng)
     elif name == "batch-dump":

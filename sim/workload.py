@@ -208,15 +208,19 @@ def fit_context(w: Workload, max_context_tokens: int) -> Workload:
     return Workload(w.arrival_s, prompt, output, w.interactive)
 
 
+def superpose(*workloads: Workload) -> Workload:
+    """Every workload's requests together, in time order (ties keep the given order)."""
+    order = np.argsort(np.concatenate([w.arrival_s for w in workloads]), kind="stable")
+
+    def joined(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(arrays)[order]
+
+    return Workload(joined([w.arrival_s for w in workloads]), joined([w.prompt_tokens for w in workloads]),
+                    joined([w.output_tokens for w in workloads]), joined([w.interactive for w in workloads]))
+
+
 def batch_dump(w: Workload, n: int, at_s: float, rng: np.random.Generator) -> Workload:
     """`w` plus `n` batch requests all queued at `at_s` (Chiron's W_B), lengths drawn from `w`."""
     idx = rng.integers(0, len(w), n)
-    arrival = np.concatenate([w.arrival_s, np.full(n, at_s)])
-    order = np.argsort(arrival, kind="stable")
-    return Workload(
-        arrival[order],
-        np.concatenate([w.prompt_tokens, w.prompt_tokens[idx]])[order],
-        np.concatenate([w.output_tokens, w.output_tokens[idx]])[order],
-        np.concatenate([w.interactive, np.zeros(n, dtype=bool)])[order],
-    )
+    return superpose(w, Workload(np.full(n, at_s), w.prompt_tokens[idx], w.output_tokens[idx], np.zeros(n, dtype=bool)))
 

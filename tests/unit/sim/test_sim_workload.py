@@ -21,6 +21,7 @@ from sim.workload import (
     scale_rate,
     scale_time,
     shuffle_blocks,
+    superpose,
     window,
     with_batch_fraction,
 )
@@ -110,6 +111,22 @@ def test_shuffled_blocks_keep_every_request_and_each_blocks_arrivals():
     assert np.array_equal(np.sort(out.arrival_s % 60.0), np.sort(w.arrival_s % 60.0))  # offsets inside a block
     assert minute_sizes(out) == minute_sizes(w)  # the same bursts
     assert not np.array_equal(out.arrival_s, w.arrival_s)  # in another order
+
+
+def test_superposed_halves_carry_both_halves_requests_in_time_order():
+    """The doubled workloads: each half's requests, each at its own offset into the half."""
+    w = load_trace("code")
+    first, second = window(w, 0.0, 1800.0), window(w, 1800.0, 1800.0)
+    both = superpose(first, second)
+    assert len(both) == len(first) + len(second) and np.all(np.diff(both.arrival_s) >= 0)
+    assert both.duration_s < 1800.0
+    for field in ("arrival_s", "prompt_tokens", "output_tokens"):
+        joined = np.concatenate([getattr(first, field), getattr(second, field)])
+        assert sorted(getattr(both, field).tolist()) == sorted(joined.tolist())
+    # A request keeps its own lengths: (arrival, prompt) pairs are the halves' pairs.
+    pairs = set(zip(both.arrival_s.tolist(), both.prompt_tokens.tolist(), strict=True))
+    assert pairs == set(zip(first.arrival_s.tolist(), first.prompt_tokens.tolist(), strict=True)) | set(
+        zip(second.arrival_s.tolist(), second.prompt_tokens.tolist(), strict=True))
 
 
 def test_amplified_rate_spans_the_range_in_the_traces_shape():
