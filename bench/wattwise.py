@@ -174,7 +174,7 @@ def run_one(job: tuple[str, str, float, int]) -> dict[str, Any]:
     return summary
 
 
-def _worst_class(r: dict[str, Any]) -> tuple[str, float]:
+def worst_class(r: dict[str, Any]) -> tuple[str, float]:
     classes = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2 and k.isupper()}
     name = min(classes, key=classes.__getitem__)
     return name, classes[name]
@@ -187,7 +187,7 @@ def table(rows: list[dict[str, Any]], oracle: OracleResult) -> str:
     lines = [head]
     for r in rows:
         slo = r["slo_attainment"]
-        cls, worst = _worst_class(r)
+        cls, worst = worst_class(r)
         batch = slo.get("batch")
         lines.append(
             f"{r['policy']:>17} {r['energy_kwh']:>6.2f} {r['energy_j'] / base['energy_j']:>5.2f} "
@@ -259,7 +259,7 @@ def verdicts(rows: list[dict[str, Any]], oracle_j: float) -> list[str]:
         ("energy <= 0.40x SinglePool", ours["energy_j"] / base["energy_j"], TARGETS["energy_x_singlepool"], "le"),
         ("GPU-hours <= 0.60x SinglePool", ours["gpu_hours"] / base["gpu_hours"], TARGETS["gpu_hours_x_singlepool"],
          "le"),
-        ("SLO >= 99% in every class", min(_worst_class(ours)[1], *(ours["slo_attainment"].get(s, 1.0) for s in
+        ("SLO >= 99% in every class", min(worst_class(ours)[1], *(ours["slo_attainment"].get(s, 1.0) for s in
                                                                    ("interactive", "batch"))),
          TARGETS["slo_every_class"], "ge"),
         ("energy <= 1.6x oracle floor", ours["energy_j"] / oracle_j, TARGETS["energy_x_oracle"], "le"),

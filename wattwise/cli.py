@@ -280,6 +280,7 @@ BENCHES = {
     "live-vs-sim": "bench.live_vs_sim:main",
     "measured-speed": "bench.measured_speed:main",
     "phase-split": "bench.phase_split_pool:main",
+    "shuffled-orders": "bench.shuffled_orders:main",
 }
 
 
