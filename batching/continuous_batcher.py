@@ -9,12 +9,13 @@ preemption of the newest sequence when KV runs out.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from batching.deadline_order import deadline_insert_index, yields_to_waiting_head
+from batching.deadline_order import deadline_insert_index, due_key, late_ahead, yields_to_waiting_head
 from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
@@ -131,7 +132,8 @@ class BatcherConfig:
     # Prompts prefill earliest TTFT deadline first (arrival + TTFT target), ahead of a running
     # prompt's remaining chunks when that one is due later: a short prompt then waits for the
     # step in flight, not for a long prompt's whole prefill, which its tight target cannot
-    # absorb on a replica serving both. False: arrival order, as vLLM's default scheduler.
+    # absorb on a replica serving both. A prompt already past its deadline goes behind those
+    # still on time (batching.deadline_order). False: arrival order, as vLLM's default scheduler.
     prefill_by_ttft_deadline: bool = False
     # Overload (bounded queue, shed early): refuse a new request when this many wait
     # already, or when the request it would queue behind has waited longer than
@@ -265,7 +267,7 @@ class ContinuousBatcher:
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
         self._arrivals.add(now_s, request.length_class, request.service_class == "batch")
-        self._enqueue(seq)
+        self._enqueue(seq, now_s)
         self.by_id[request.request_id] = seq
         return seq
 
@@ -311,7 +313,7 @@ class ContinuousBatcher:
             raise ValueError(f"request {request.request_id!r} does not fit the replica's KV cache")
         seq.prefill_target = seq.context_tokens
         seq.prefilled = seq.prefill_target if kv_present else 0
-        self._enqueue(seq)
+        self._enqueue(seq, now_s)
         self.by_id[request.request_id] = seq
         return seq
 
@@ -329,46 +331,64 @@ class ContinuousBatcher:
     def _is_batch(self, seq: Sequence) -> bool:
         return self.config.interactive_first and seq.request.service_class == "batch"
 
-    def _enqueue(self, seq: Sequence, front: bool = False) -> None:
-        """FCFS, except that with interactive_first interactive requests wait ahead of
-        every batch request; `front` requeues a preempted request first in its group."""
-        if front and not self._is_batch(seq):
-            self.waiting.appendleft(seq)
-        elif not self.config.interactive_first or (self._is_batch(seq) and not front):
-            self._insert(seq, len(self.waiting))
-        else:  # interactive arriving, or batch requeued: just before the first batch request
-            first_batch = next((i for i, w in enumerate(self.waiting) if self._is_batch(w)), len(self.waiting))
-            self._insert(seq, first_batch)
+    def _first_batch_index(self) -> int:
+        return next((i for i, w in enumerate(self.waiting) if self._is_batch(w)), len(self.waiting))
 
-    def _insert(self, seq: Sequence, end: int) -> None:
-        """At `end`, or with prefill_by_ttft_deadline before the first fresh prompt ahead of
-        `end` that is due later (a requeued sequence keeps its place)."""
+    def _enqueue(self, seq: Sequence, now_s: float) -> None:
+        """FCFS, except that with interactive_first interactive requests wait ahead of every
+        batch request, and with prefill_by_ttft_deadline a fresh prompt waits before the first
+        fresh prompt of its group that goes after it at `now_s` (deadline_order; a requeued
+        sequence keeps its place)."""
+        end = len(self.waiting) if self._is_batch(seq) or not self.config.interactive_first \
+            else self._first_batch_index()
         if self.config.prefill_by_ttft_deadline and _fresh(seq):
-            end = deadline_insert_index(map(_fresh_due_s, self.waiting), _ttft_due_s(seq), end)
+            end = deadline_insert_index(map(_fresh_due_s, self.waiting), _ttft_due_s(seq), end, now_s)
         self.waiting.insert(end, seq)
+
+    def _requeue(self, seq: Sequence) -> None:
+        """A preempted sequence waits first in its group: an interactive one (or any, without
+        interactive_first) at the front, a batch one just before the first batch request."""
+        if self._is_batch(seq):
+            self.waiting.insert(self._first_batch_index(), seq)
+        else:
+            self.waiting.appendleft(seq)
+
+    def _move_late_behind(self, now_s: float) -> None:
+        """With prefill_by_ttft_deadline, the prompts that turned late since the last step go
+        behind the prompts of their group still on time (deadline_order.due_key)."""
+        if not self.config.prefill_by_ttft_deadline:
+            return
+        group = itertools.takewhile(lambda w: not self._is_batch(w), self.waiting)  # batch waits behind anyway
+        late = late_ahead(map(_fresh_due_s, group), now_s)
+        moved = [self.waiting[i] for i in late]
+        for i in reversed(late):
+            del self.waiting[i]
+        for seq in moved:
+            self._enqueue(seq, now_s)
 
     def _head_due_s(self) -> float | None:
         """With prefill_by_ttft_deadline, the TTFT deadline of the first waiting prompt when it
-        is a fresh one: running prompts due later yield their chunks to it. Else None."""
+        is a fresh one: running prompts that go after it yield their chunks to it. Else None."""
         if self.config.prefill_by_ttft_deadline and self.waiting and _fresh(self.waiting[0]):
             return _ttft_due_s(self.waiting[0])
         return None
 
-    def prefill_queue(self) -> list[Sequence]:
-        """The sequences still to prefill, in the order this batcher prefills them."""
+    def prefill_queue(self, now_s: float) -> list[Sequence]:
+        """The sequences still to prefill, in the order this batcher prefills them at `now_s`."""
         prefilling = [s for s in self.running if s.prefilled < s.prefill_target]
         waiting = [s for s in self.waiting if s.prefilled < s.prefill_target]
         if not self.config.prefill_by_ttft_deadline:
             return prefilling + waiting
-        ahead, behind = self._around_queue(prefilling)
+        ahead, behind = self._around_queue(prefilling, now_s)
         return ahead + waiting + behind
 
-    def _around_queue(self, prefilling: list[Sequence]) -> tuple[list[Sequence], list[Sequence]]:
+    def _around_queue(self, prefilling: list[Sequence], now_s: float) -> tuple[list[Sequence], list[Sequence]]:
         """Running prompts by TTFT deadline: those due by the waiting head's deadline (they go
         before the queue), and the rest (after it)."""
-        by_deadline = sorted(prefilling, key=_ttft_due_s)
+        by_deadline = sorted(prefilling, key=lambda s: due_key(_ttft_due_s(s), now_s))
         head_due_s = self._head_due_s()
-        ahead = next((i for i, s in enumerate(by_deadline) if yields_to_waiting_head(_ttft_due_s(s), head_due_s)),
+        ahead = next((i for i, s in enumerate(by_deadline)
+                      if yields_to_waiting_head(_ttft_due_s(s), head_due_s, now_s)),
                      len(by_deadline))
         return by_deadline[:ahead], by_deadline[ahead:]
 
@@ -577,7 +597,7 @@ class ContinuousBatcher:
         victim.preemptions += 1
         victim.preempted_here = True
         self.preemptions += 1
-        self._enqueue(victim, front=True)
+        self._requeue(victim)
         return victim
 
     def _make_room_for(self, seq: Sequence, now_s: float, refused: bool = False) -> Sequence | None:
@@ -611,6 +631,7 @@ class ContinuousBatcher:
     def plan_step(self, now_s: float) -> Step | None:
         """Choose this iteration's work and cost it; None when there is nothing to do."""
         self._account_idle(now_s)
+        self._move_late_behind(now_s)
         if self.clock_policy is not None:  # it reads the clock the last step ran at
             clock = self.clock_policy.choose_clock_mhz(self, now_s)
             if clock is not None:
@@ -650,7 +671,7 @@ class ContinuousBatcher:
                     decode_context += target_tokens - 1
                 budget -= n
             i += 1
-        ahead, behind = self._around_queue(deferred)
+        ahead, behind = self._around_queue(deferred, now_s)
         budget = self._prefill_running(ahead, chunks, budget)
         # Admit waiting sequences in queue order while the batch limit, budget and KV allow.
         def room_for(seq: Sequence, refused: bool = False) -> bool:

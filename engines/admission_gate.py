@@ -16,28 +16,32 @@ for it, as the batcher does: batch work holding what the projection needs would 
 keep an interactive prompt waiting until it finished).
 
 `by_deadline` orders each group earliest TTFT deadline first instead of FCFS, by the rule
-the batcher's waiting queue follows (batching.deadline_order); a requeued waiter keeps the
-front.
+the batcher's waiting queue follows (batching.deadline_order): a requeued waiter keeps the
+front, and a waiter past its deadline goes behind those still on time (read on `clock`, the
+clock the deadlines are on).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from batching.deadline_order import deadline_insert_index
+from batching.deadline_order import deadline_insert_index, late_ahead
 
 Waiter = tuple[asyncio.Future, Any, float | None]  # (admitted, asked about, TTFT due or None: keeps its place)
 
 
 class AdmissionGate:
     def __init__(self, limit: int, admits: Callable[[Any], bool] | None = None,
-                 on_urgent_refused: Callable[[], None] | None = None, by_deadline: bool = False) -> None:
+                 on_urgent_refused: Callable[[], None] | None = None, by_deadline: bool = False,
+                 clock: Callable[[], float] = time.time) -> None:
         self.limit = max(int(limit), 1)
         self.by_deadline = by_deadline
+        self.clock = clock
         self.active = 0
         self.admits = admits
         self.on_urgent_refused = on_urgent_refused
@@ -73,7 +77,21 @@ class AdmissionGate:
         self.refused += 1
         return False
 
+    def _move_late_behind(self, queue: deque[Waiter]) -> None:
+        now_s = self.clock()
+        late = late_ahead((w[2] for w in queue), now_s)
+        moved = [queue[i] for i in late]
+        for i in reversed(late):
+            del queue[i]
+        for entry in moved:
+            due_s = entry[2]
+            assert due_s is not None  # late_ahead picks waiters with a due time only
+            queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue), now_s), entry)
+
     def _wake(self) -> None:
+        if self.by_deadline and self.active < self.limit:
+            self._move_late_behind(self._urgent)
+            self._move_late_behind(self._waiters)
         while self.active < self.limit and (self._urgent or self._waiters):
             queue = self._urgent or self._waiters
             waiter, candidate, _due_s = queue[0]
@@ -111,7 +129,7 @@ class AdmissionGate:
             if requeued:
                 queue.appendleft(entry)
             elif self.by_deadline and due_s is not None:
-                queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue)), entry)
+                queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue), self.clock()), entry)
             else:
                 queue.append(entry)
             if first and urgent:  # the rule refused it

@@ -75,7 +75,8 @@ class SimEngineConfig(BaseModel):
     prefill_by_ttft_deadline: bool = Field(default=False, description=(
         "Prompts prefill earliest TTFT deadline first (arrival + target), ahead of a running prompt's "
         "remaining chunks due later: on a replica serving every length class a short prompt waits "
-        "for the step in flight, not for a long prompt's whole prefill. False: arrival order."))
+        "for the step in flight, not for a long prompt's whole prefill. A prompt already past its "
+        "deadline goes behind those still on time (batching.deadline_order). False: arrival order."))
     squash_after_s: float | None = Field(default=60.0, gt=0, description=(
         "Requests that never started within this long (s) and their TTFT target are dropped with "
         "RequestSquashed so the client retries elsewhere; None keeps them waiting."))

@@ -121,6 +121,7 @@ class VllmEngineConfig(BaseModel):
         "prefill_by_ttft_deadline: at the admission gate and in vLLM's own queue (its priority "
         "scheduling, each request's priority its deadline), and a prompt vLLM has started sits out "
         "a step while a fresh waiting prompt due before it starts (engines.vllm_deadline_scheduler). "
+        "A prompt already past its deadline goes behind those still on time (batching.deadline_order). "
         "False: arrival order, started prompts first."))
     keep_preempted_kv: bool = Field(default=True, description=(
         "With interactive_first and no kv_transfer: a preempted request's KV is kept "

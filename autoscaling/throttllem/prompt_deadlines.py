@@ -78,7 +78,7 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     prompt waits for its first token. The GPUs run their present clock until a clock
     chosen now lands (`ContinuousBatcher.clock_lands_s`): the work done meanwhile is done
     at that clock, so a prompt already late for the raise asks for more of it."""
-    queue = batcher.prefill_queue()
+    queue = batcher.prefill_queue(now_s)
     waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
     if not waits.any():
         return None

@@ -19,18 +19,14 @@ class _Request:
     priority: int  # its TTFT deadline, ms
     is_prefill_chunk: bool = False
     num_output_tokens: int = 0
-
-
-class _Waiting(list):
-    def peek_request(self) -> _Request:
-        return self[0]
+    arrival_time: float = 0.0
 
 
 class _VllmStandIn:
     """Records what each step sees; starts the waiting head when there is room, if `starts`."""
 
     def __init__(self, running: list[_Request], waiting: list[_Request], max_seqs: int, starts: bool = True) -> None:
-        self.running, self.waiting = running, _Waiting(waiting)
+        self.running, self.waiting = running, waiting
         self.max_num_running_reqs = self.max_num_active_reqs = max_seqs
         self.starts = starts
         self.seen: list[tuple[list[str], int]] = []
@@ -39,7 +35,7 @@ class _VllmStandIn:
         self.seen.append(([r.request_id for r in self.running], self.max_num_active_reqs))
         assert len(self.running) <= self.max_num_running_reqs
         if self.starts and self.waiting and len(self.running) < self.max_num_active_reqs:
-            self.running.append(self.waiting.pop(0))
+            self.running.append(self.waiting.pop_request())
 
 
 class _Scheduler(_DeadlineFirst, _VllmStandIn):
@@ -77,3 +73,19 @@ def test_nothing_sits_out_for_a_resumed_head_a_full_engine_or_a_head_that_did_no
     stuck.schedule()
     stuck.schedule()
     assert stuck.seen == [([], 3), (["long"], 4)]
+
+
+def test_a_prompt_past_its_deadline_goes_behind_those_still_on_time(monkeypatch) -> None:
+    """batching.deadline_order's rule: the waiting queue reorders as prompts turn late, and a
+    started prompt already late sits out for an on-time head."""
+    import engines.vllm_deadline_scheduler as scheduler
+
+    monkeypatch.setattr(scheduler, "_now_ms", lambda: 20_000.0)
+    queue = scheduler.DeadlineQueue([_Request("late", 10_000), _Request("on-time", 30_000),
+                                     _Request("resumed", 15_000, num_output_tokens=2)], clock_ms=lambda: 20_000.0)
+    assert [r.request_id for r in queue] == ["resumed", "on-time", "late"]
+    assert queue.pop_request().request_id == "resumed" and queue.peek_request().request_id == "on-time"
+    late = _Request("late-started", priority=12_000, is_prefill_chunk=True)
+    s = _Scheduler([late], [_Request("head", 25_000)], max_seqs=4)
+    s.schedule()
+    assert s.seen == [([], 3)]  # it sat out while the on-time head started

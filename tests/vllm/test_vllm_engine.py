@@ -133,9 +133,12 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s
 
 
-def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: Path) -> None:
+@pytest.mark.parametrize("tight_ttft_s, first", [(30.0, "tight"), (0.001, "loose")])
+def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: Path, tight_ttft_s: float,
+                                                                   first: str) -> None:
     """vLLM's own queue (max_num_seqs 1: one runs, the rest wait inside vLLM) takes the prompt
-    due first, not the one that came first: its priority scheduling, keyed by TTFT deadline."""
+    due first, not the one that came first (keyed by TTFT deadline), unless that one is late
+    already: then the one still on time (engines.vllm_deadline_scheduler.DeadlineQueue)."""
 
     async def run() -> dict[str, list[float]]:
         engine = make_engine(tiny_engine_config(tiny_model, max_num_seqs=1, batch_limit=4,
@@ -153,7 +156,7 @@ def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: 
             while "running" not in seen:
                 await asyncio.sleep(0.01)
             loose = _request(engine, PROMPT, 8, "loose")  # comes first, due in a minute
-            tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=1.0, tbt_s=10))
+            tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=tight_ttft_s, tbt_s=10))
             waiting = []
             for request in (loose, tight):  # each queued inside vLLM before the next is sent
                 waiting.append(asyncio.ensure_future(stream(request)))
@@ -167,8 +170,9 @@ def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: 
             await engine.shutdown()
 
     seen = asyncio.run(run())
-    assert seen["running"][-1] <= seen["tight"][0], "the request running when both arrived goes on to its end"
-    assert seen["tight"][-1] <= seen["loose"][0], "the prompt due first ran (to its end: one at a time) first"
+    second = "loose" if first == "tight" else "tight"
+    assert seen["running"][-1] <= seen[first][0], "the request running when both arrived goes on to its end"
+    assert seen[first][-1] <= seen[second][0], "the prompt that goes first ran (to its end: one at a time) first"
 
 
 def test_with_deadline_order_a_started_prompt_yields_its_chunks_to_a_prompt_due_first(tiny_model: Path) -> None:

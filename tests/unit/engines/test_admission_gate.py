@@ -61,11 +61,38 @@ def test_by_deadline_each_group_waits_earliest_ttft_deadline_first_and_a_requeue
     arrivals = [("b-late", {"due_s": 90.0}), ("b-soon", {"due_s": 10.0}), ("resumed", {"requeue": True, "due_s": 5.0}),
                 ("b-mid", {"due_s": 50.0}), ("i-late", {"urgent": True, "due_s": 3.0}),
                 ("i-soon", {"urgent": True, "due_s": 1.0}), ("b-first", {"due_s": 1.0})]
-    assert _admit_in_order(AdmissionGate(1, by_deadline=True), arrivals) == [
+    assert _admit_in_order(AdmissionGate(1, by_deadline=True, clock=lambda: 0.0), arrivals) == [
         "i-soon", "i-late", "resumed", "b-first", "b-soon", "b-mid", "b-late"]
     # Without it, the same arrivals wait FCFS in their groups (the due times are ignored).
     assert _admit_in_order(AdmissionGate(1), arrivals) == [
         "i-late", "i-soon", "resumed", "b-late", "b-soon", "b-mid", "b-first"]
+
+
+def test_by_deadline_a_waiter_past_its_deadline_goes_behind_those_still_on_time() -> None:
+    """The batcher's rule (batching.deadline_order): it has missed its TTFT whatever runs next.
+    Late ones keep deadline order among themselves; a requeued one keeps the front."""
+    now = [0.0]
+    gate = AdmissionGate(1, by_deadline=True, clock=lambda: now[0])
+    arrivals = [("due-1", {"due_s": 1.0}), ("due-2", {"due_s": 2.0}), ("due-4", {"due_s": 4.0}),
+                ("resumed", {"requeue": True, "due_s": 0.5})]
+
+    async def run() -> list[str]:
+        order: list[str] = []
+        release = asyncio.Event()
+        holder = asyncio.ensure_future(_enter(gate, "holder", order, release))
+        await _settle()
+        tasks = [asyncio.ensure_future(_enter(gate, name, order, asyncio.Event(), **kw)) for name, kw in arrivals]
+        await _settle()
+        now[0] = 3.0  # due-1 and due-2 are late by the time a place frees
+        gate.set_limit(4)
+        await _settle()
+        release.set()
+        await holder
+        for t in tasks:
+            t.cancel()
+        return order[1:]
+
+    assert asyncio.run(run()) == ["resumed", "due-4", "due-1", "due-2"]
 
 
 def test_cancelled_waiter_holds_no_place_and_limit_changes_admit() -> None:

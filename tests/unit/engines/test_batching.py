@@ -3,7 +3,7 @@
 from itertools import pairwise
 
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher, Sequence, Step
-from batching.deadline_order import yields_to_waiting_head
+from batching.deadline_order import deadline_insert_index, late_ahead, yields_to_waiting_head
 from batching.step_budget import fit_chunks_to_step_time, step_time_s
 from core.request import Request
 from core.slo import SLO
@@ -353,7 +353,7 @@ def test_prefill_queue_is_the_order_prompts_prefill_in() -> None:
     b, t = _long_prompt_started(prefill_by_ttft_deadline=True)
     b.add(Request("medium", 600, 10, t, SLO(ttft_s=0.4, tbt_s=0.1)), t)
     b.add(Request("short", 150, 10, t, SLO(ttft_s=0.25, tbt_s=0.1)), t)
-    assert [s.request_id for s in b.prefill_queue()] == ["short", "medium", "long"]
+    assert [s.request_id for s in b.prefill_queue(t)] == ["short", "medium", "long"]
 
 
 def test_running_prompts_also_take_their_chunks_by_ttft_deadline() -> None:
@@ -371,7 +371,7 @@ def test_running_prompts_also_take_their_chunks_by_ttft_deadline() -> None:
     assert [(s.request_id, n) for s, n in second.prefill_chunks] == [("medium", budget)]
     t = b.finish_step(second).end_s
     assert [s.request_id for s in b.running] == ["long", "medium"]
-    assert [s.request_id for s in b.prefill_queue()] == ["medium", "long"]
+    assert [s.request_id for s in b.prefill_queue(t)] == ["medium", "long"]
     third = b.plan_step(t)
     assert [(s.request_id, n) for s, n in third.prefill_chunks] == [("medium", budget // 2), ("long", budget // 2)]
 
@@ -379,10 +379,48 @@ def test_running_prompts_also_take_their_chunks_by_ttft_deadline() -> None:
 def test_a_started_prompt_yields_only_to_a_fresh_head_due_before_it() -> None:
     """The rule the batcher's prefill queue and vLLM's deadline scheduler share: a waiter with
     no due time (requeued, resumed) keeps its place and takes no one's chunks; ties keep order."""
-    assert yields_to_waiting_head(due_s=10.0, head_due_s=1.0)
-    assert not yields_to_waiting_head(due_s=1.0, head_due_s=10.0)
-    assert not yields_to_waiting_head(due_s=1.0, head_due_s=1.0)
-    assert not yields_to_waiting_head(due_s=10.0, head_due_s=None)
+    assert yields_to_waiting_head(due_s=10.0, head_due_s=1.0, now_s=0.0)
+    assert not yields_to_waiting_head(due_s=1.0, head_due_s=10.0, now_s=0.0)
+    assert not yields_to_waiting_head(due_s=1.0, head_due_s=1.0, now_s=0.0)
+    assert not yields_to_waiting_head(due_s=10.0, head_due_s=None, now_s=0.0)
+
+
+def test_a_prompt_past_its_deadline_goes_behind_every_prompt_still_on_time() -> None:
+    """It has missed its TTFT whatever runs next: a started one yields to an on-time head, a
+    waiting one is passed by an on-time arrival, and the late keep deadline order among them."""
+    assert yields_to_waiting_head(due_s=1.0, head_due_s=10.0, now_s=2.0)
+    assert not yields_to_waiting_head(due_s=10.0, head_due_s=1.0, now_s=2.0)
+    assert yields_to_waiting_head(due_s=1.5, head_due_s=1.0, now_s=2.0)
+    assert deadline_insert_index([1.0, None, 1.5, 12.0], 10.0, 4, now_s=2.0) == 0
+    assert deadline_insert_index([1.0, None, 1.5, 12.0], 10.0, 4, now_s=0.0) == 3
+    assert deadline_insert_index([5.0, 1.0, 1.5], 1.2, 3, now_s=2.0) == 2
+    assert late_ahead([1.0, None, 1.5, 12.0, 0.5], now_s=2.0) == [0, 2]  # 0.5 was moved already
+    assert late_ahead([1.0, 1.5], now_s=2.0) == []  # no prompt on time to go behind
+
+
+def test_in_a_burst_the_misses_stay_with_prompts_already_late() -> None:
+    """Prompts of one TTFT target arriving faster than one replica prefills them: in arrival
+    order (deadline order alone is the same here) each is served as it is about to miss or
+    after, so the misses run on; with late prompts behind the ones still on time, the prompts
+    that can still make it do, and more meet their TTFT."""
+    def met(prefill_by_ttft_deadline: bool) -> int:
+        b = ContinuousBatcher(default_perf_model(), BatcherConfig(
+            tensor_parallel=2, step_time_target_s=0.1, prefill_by_ttft_deadline=prefill_by_ttft_deadline))
+        t, arrivals, done = 0.0, [(0.05 * i, f"p{i}") for i in range(40)], []
+        while arrivals or b.has_work():
+            while arrivals and arrivals[0][0] <= t:
+                at, rid = arrivals.pop(0)
+                b.add(Request(rid, 1500, 2, at, SLO(ttft_s=0.4, tbt_s=0.1)), at)
+            step = b.plan_step(t)
+            if step is None:
+                t = arrivals[0][0]
+                continue
+            out = b.finish_step(step)
+            t = out.end_s
+            done += out.finished
+        assert len(done) == 40  # the late ones are served too
+        return sum(s.first_token_s - s.request.arrival_s <= 0.4 for s in done)
+    assert met(prefill_by_ttft_deadline=True) > met(prefill_by_ttft_deadline=False)
 
 
 def test_a_chosen_clock_reaches_the_gpus_at_the_next_forward_plus_its_latency() -> None:
