@@ -383,8 +383,8 @@ class ContinuousBatcher:
         return ahead + waiting + behind
 
     def _around_queue(self, prefilling: list[Sequence], now_s: float) -> tuple[list[Sequence], list[Sequence]]:
-        """Running prompts by TTFT deadline: those due by the waiting head's deadline (they go
-        before the queue), and the rest (after it)."""
+        """Running prompts by TTFT deadline, the late behind those on time (deadline_order.due_key):
+        those that go before the waiting head (before the queue), and the rest (after it)."""
         by_deadline = sorted(prefilling, key=lambda s: due_key(_ttft_due_s(s), now_s))
         head_due_s = self._head_due_s()
         ahead = next((i for i, s in enumerate(by_deadline)
