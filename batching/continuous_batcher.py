@@ -9,13 +9,12 @@ preemption of the newest sequence when KV runs out.
 
 from __future__ import annotations
 
-import itertools
 import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from batching.deadline_order import deadline_insert_index, due_key, late_ahead, yields_to_waiting_head
+from batching.deadline_order import deadline_insert_index, due_key, move_late_behind, yields_to_waiting_head
 from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
@@ -356,15 +355,8 @@ class ContinuousBatcher:
     def _move_late_behind(self, now_s: float) -> None:
         """With prefill_by_ttft_deadline, the prompts that turned late since the last step go
         behind the prompts of their group still on time (deadline_order.due_key)."""
-        if not self.config.prefill_by_ttft_deadline:
-            return
-        group = itertools.takewhile(lambda w: not self._is_batch(w), self.waiting)  # batch waits behind anyway
-        late = late_ahead(map(_fresh_due_s, group), now_s)
-        moved = [self.waiting[i] for i in late]
-        for i in reversed(late):
-            del self.waiting[i]
-        for seq in moved:
-            self._enqueue(seq, now_s)
+        if self.config.prefill_by_ttft_deadline:  # batch work waits behind interactive anyway
+            move_late_behind(self.waiting, _fresh_due_s, now_s, in_group=lambda w: not self._is_batch(w))
 
     def _head_due_s(self) -> float | None:
         """With prefill_by_ttft_deadline, the TTFT deadline of the first waiting prompt when it

@@ -18,7 +18,12 @@ overall, 4 with it; docs/one-controller.md).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import itertools
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+Waiter = TypeVar("Waiter")
 
 
 def due_key(due_s: float, now_s: float) -> tuple[bool, float]:
@@ -52,6 +57,26 @@ def late_ahead(dues_s: Iterable[float | None], now_s: float) -> list[int]:
             return late
         late.append(i)
     return []
+
+
+def move_late_behind(queue: deque[Waiter], due_of: Callable[[Waiter], float | None], now_s: float,
+                     in_group: Callable[[Waiter], bool] = lambda _: True) -> None:
+    """Move the waiters that turned late, in the group leading `queue` (those `in_group`), behind
+    the group's waiters still on time (`late_ahead`, then `deadline_insert_index`; `due_of`:
+    a waiter's due time, None where it keeps its place). Reads only up to the first waiter on
+    time unless one moves: it runs before every engine step."""
+    late = late_ahead(map(due_of, itertools.takewhile(in_group, queue)), now_s)
+    if not late:
+        return
+    moved = [queue[i] for i in late]
+    for i in reversed(late):
+        del queue[i]
+    end = sum(1 for _ in itertools.takewhile(in_group, queue))
+    for waiter in moved:
+        due_s = due_of(waiter)
+        assert due_s is not None  # late_ahead picks waiters with a due time only
+        queue.insert(deadline_insert_index(map(due_of, queue), due_s, end, now_s), waiter)
+        end += 1
 
 
 def yields_to_waiting_head(due_s: float, head_due_s: float | None, now_s: float) -> bool:

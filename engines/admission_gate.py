@@ -30,9 +30,13 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from batching.deadline_order import deadline_insert_index, late_ahead
+from batching.deadline_order import deadline_insert_index, move_late_behind
 
 Waiter = tuple[asyncio.Future, Any, float | None]  # (admitted, asked about, TTFT due or None: keeps its place)
+
+
+def _waiter_due_s(waiter: Waiter) -> float | None:
+    return waiter[2]
 
 
 class AdmissionGate:
@@ -77,21 +81,11 @@ class AdmissionGate:
         self.refused += 1
         return False
 
-    def _move_late_behind(self, queue: deque[Waiter]) -> None:
-        now_s = self.clock()
-        late = late_ahead((w[2] for w in queue), now_s)
-        moved = [queue[i] for i in late]
-        for i in reversed(late):
-            del queue[i]
-        for entry in moved:
-            due_s = entry[2]
-            assert due_s is not None  # late_ahead picks waiters with a due time only
-            queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue), now_s), entry)
-
     def _wake(self) -> None:
         if self.by_deadline and self.active < self.limit:
-            self._move_late_behind(self._urgent)
-            self._move_late_behind(self._waiters)
+            now_s = self.clock()
+            for queue in (self._urgent, self._waiters):
+                move_late_behind(queue, _waiter_due_s, now_s)
         while self.active < self.limit and (self._urgent or self._waiters):
             queue = self._urgent or self._waiters
             waiter, candidate, _due_s = queue[0]
@@ -129,7 +123,7 @@ class AdmissionGate:
             if requeued:
                 queue.appendleft(entry)
             elif self.by_deadline and due_s is not None:
-                queue.insert(deadline_insert_index((w[2] for w in queue), due_s, len(queue), self.clock()), entry)
+                queue.insert(deadline_insert_index(map(_waiter_due_s, queue), due_s, len(queue), self.clock()), entry)
             else:
                 queue.append(entry)
             if first and urgent:  # the rule refused it
