@@ -54,19 +54,23 @@ class ThrottllemClock:
         most prompt tokens arriving within one raise's lag) could not be saved by a raise
         (prompt_deadlines.ready_clock_mhz)."""
         lag_s = batcher.longest_clock_lag_s
-        largest: dict[float, list[int]] = {}
-        for ttft_s in {p[2] for p in self._prompts}:
-            arrivals = [(at, tokens) for at, tokens, target in self._prompts if target == ttft_s]
-            first, total = 0, 0
+        bursts: list[tuple[list[int], float]] = []
+        by_target: dict[float, list[tuple[float, int]]] = {}
+        for at, tokens, ttft_s in self._prompts:
+            by_target.setdefault(ttft_s, []).append((at, tokens))
+        for ttft_s, arrivals in by_target.items():
+            # One pass of a sliding window: its running total against the best so far.
+            first, total, best, span = 0, 0, 0, (0, 0)
             for last, (at, tokens) in enumerate(arrivals):
                 total += tokens
                 while arrivals[first][0] < at - lag_s:
                     total -= arrivals[first][1]
                     first += 1
-                if total > sum(largest.get(ttft_s, ())):
-                    largest[ttft_s] = [t for _, t in arrivals[first:last + 1]]
-        return ready_clock_mhz(batcher, self.projector.synced_table.clocks_mhz,
-                               [(tokens, ttft_s) for ttft_s, tokens in largest.items()], self.config.ttft_headroom)
+                if total > best:
+                    best, span = total, (first, last + 1)
+            if best > 0:
+                bursts.append(([t for _, t in arrivals[span[0]:span[1]]], ttft_s))
+        return ready_clock_mhz(batcher, self.projector.synced_table.clocks_mhz, bursts, self.config.ttft_headroom)
 
     def target_clock_mhz(self, now_s: float) -> float | None:
         """The lowest passing clock for the committed scoreboard (None: nothing runs)."""

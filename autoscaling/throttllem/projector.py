@@ -52,6 +52,7 @@ class ReplicaProjector:
         # The interactive prompt admission last refused (None once one is admitted): it
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
+        self._looked_up: tuple[Projection, Lookup] | None = None
 
     @property
     def headroom(self) -> float:
@@ -158,7 +159,12 @@ class ReplicaProjector:
         return self.scoreboard.project(self.now_iter)
 
     def lookup(self, projection: Projection) -> Lookup:
-        return self.synced_table.lookup(projection.batch, projection.kv_blocks)
+        """M's grid corners for `projection`, kept for the last one asked: the scoreboard hands
+        out the same projection until its entries change, and the "lost" check, admission and
+        the clock search each ask for it in a step."""
+        if self._looked_up is None or self._looked_up[0] is not projection:
+            self._looked_up = (projection, self.synced_table.lookup(projection.batch, projection.kv_blocks))
+        return self._looked_up[1]
 
     def deadline_lines(self, projection: Projection) -> DeadlineLines:
         """Every deadline at every token up to its projected end: what the clock search holds."""

@@ -19,6 +19,7 @@ request, best effort); feasibility only grows with the clock, so a bisection fin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -43,10 +44,13 @@ class PrefillWork:
         context = float(sum(s.context_tokens for s in decoding))
         self.decode_share_s = perf.decode_marginal_s(len(decoding), context, tp, top)
 
-    def done_s(self, clock_mhz: float) -> np.ndarray:
+    def _done_s(self, prefill_s: Any, steps: Any, clock_mhz: float) -> Any:
         gpu = self.perf.gpu
-        return (self.prefill_s * self.perf.stretch(gpu.prompt_compute_share, clock_mhz)
-                + self.steps * self.decode_share_s * self.perf.stretch(gpu.token_compute_share, clock_mhz))
+        return (prefill_s * self.perf.stretch(gpu.prompt_compute_share, clock_mhz)
+                + steps * self.decode_share_s * self.perf.stretch(gpu.token_compute_share, clock_mhz))
+
+    def done_s(self, clock_mhz: float) -> np.ndarray:
+        return self._done_s(self.prefill_s, self.steps, clock_mhz)
 
     def finish_s(self, lag_s: float, present_mhz: float, new_mhz: float) -> np.ndarray:
         """At `present_mhz` for `lag_s` (until a clock chosen now lands), then at `new_mhz`."""
@@ -54,6 +58,15 @@ class PrefillWork:
         past_lag = at_present > lag_s
         rest = (at_present - lag_s) / np.where(past_lag, at_present, 1.0)
         return np.where(past_lag, lag_s + rest * self.done_s(new_mhz), at_present)
+
+    def last_finish_s(self, lag_s: float, present_mhz: float, new_mhz: float) -> float:
+        """`finish_s(...)[-1]` in scalars (the same arithmetic): a burst's clock search reads
+        its last prompt alone, at every clock it tries."""
+        prefill_s, steps = float(self.prefill_s[-1]), float(self.steps[-1])
+        at_present = self._done_s(prefill_s, steps, present_mhz)
+        if at_present <= lag_s:
+            return at_present
+        return lag_s + (at_present - lag_s) / at_present * self._done_s(prefill_s, steps, new_mhz)
 
 
 def _lowest_fitting(clocks_mhz: np.ndarray, fits: Callable[[float], bool]) -> float:
@@ -101,7 +114,7 @@ def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: 
     top = float(clocks_mhz[-1])
 
     def saved_from(work: PrefillWork, due_s: float) -> Callable[[float], bool]:
-        return lambda clock: bool(work.finish_s(lag_s, clock, top)[-1] <= due_s)
+        return lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s
 
     return max((_lowest_fitting(clocks_mhz, saved_from(
         PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float)), headroom * ttft_s))

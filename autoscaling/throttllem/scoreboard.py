@@ -37,6 +37,9 @@ class Scoreboard:
         self.deadline_per_token_s = np.zeros(0, dtype=np.float64)
         self.lost = np.zeros(0, dtype=bool)
         self._virtual = False
+        # The last projection and the iteration it was made at: the admission, the clock and
+        # the "lost" check ask for it several times a step, and only new entries change it.
+        self._projected: tuple[int, Projection] | None = None
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -48,6 +51,7 @@ class Scoreboard:
         self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
         self.deadline_s, self.deadline_per_token_s, self.lost = deadline_s, deadline_per_token_s, lost
         self._virtual = False
+        self._projected = None
 
     def insert_virtual(self, request_id: str, start: int, input_tokens: int, output_tokens: int,
                        deadline_s: float, deadline_per_token_s: float) -> None:
@@ -61,6 +65,7 @@ class Scoreboard:
         self.deadline_per_token_s = np.append(self.deadline_per_token_s, deadline_per_token_s)
         self.lost = np.append(self.lost, False)
         self._virtual = True
+        self._projected = None
 
     def commit(self, lost: bool = False) -> None:
         self._require_virtual()
@@ -73,6 +78,7 @@ class Scoreboard:
         for name in ("start", "input_tokens", "output_tokens", "deadline_s", "deadline_per_token_s", "lost"):
             setattr(self, name, getattr(self, name)[:-1])
         self._virtual = False
+        self._projected = None
 
     def _require_virtual(self) -> None:
         if not self._virtual:
@@ -85,7 +91,16 @@ class Scoreboard:
         return len(self.ids), int((a // self.block_size).sum())
 
     def project(self, now_iter: int) -> Projection:
-        """B and KV for iterations now_iter ... until the last entry ends (numpy, O(n + horizon))."""
+        """B and KV for iterations now_iter ... until the last entry ends (numpy, O(n + horizon));
+        the same object until an entry is added or removed (deadlines and "lost" do not move it).
+        Callers read it, never write to it."""
+        if self._projected is not None and self._projected[0] == now_iter:
+            return self._projected[1]
+        projection = self._project(now_iter)
+        self._projected = (now_iter, projection)
+        return projection
+
+    def _project(self, now_iter: int) -> Projection:
         n_block = self.block_size
         remaining = np.maximum(self.start + self.output_tokens - now_iter, 1)
         horizon = int(remaining.max()) if len(remaining) else 0

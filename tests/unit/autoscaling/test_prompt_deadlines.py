@@ -20,8 +20,9 @@ def _batcher() -> ContinuousBatcher:
     return ContinuousBatcher(PERF, BatcherConfig(tensor_parallel=TP, clock_mhz=CLOCKS[0], step_time_target_s=0.1))
 
 
-def _prompt(i: int, prompt_tokens: int, ttft_s: float, service_class: str = "interactive") -> Request:
-    return Request(str(i), prompt_tokens, 50, 0.0, SLO(ttft_s=ttft_s, tbt_s=0.1), service_class=service_class,
+def _prompt(i: int, prompt_tokens: int, ttft_s: float, service_class: str = "interactive",
+            arrival_s: float = 0.0) -> Request:
+    return Request(str(i), prompt_tokens, 50, arrival_s, SLO(ttft_s=ttft_s, tbt_s=0.1), service_class=service_class,
                    predicted_output_tokens=50, target_output_tokens=50)
 
 
@@ -181,3 +182,33 @@ def test_the_ready_clock_holds_what_a_late_raise_could_not_save() -> None:
         work = PrefillWork(lagging, np.array(tokens, dtype=float), np.array(tokens, dtype=float))
         below = CLOCKS[int(np.searchsorted(CLOCKS, clock)) - 1]
         assert work.finish_s(lag_s, clock, CLOCKS[-1])[-1] <= ttft_s < work.finish_s(lag_s, below, CLOCKS[-1])[-1]
+
+
+def test_a_bursts_last_finish_in_scalars_is_the_array_ones_last() -> None:
+    """The ready clock's search reads only a burst's last prompt, in scalars: the same number
+    as the whole burst's array, whether the raise lands before the burst ends or after."""
+    lagging = _lagging_batcher()
+    work = PrefillWork(lagging, np.array([2500.0, 700.0, 4000.0]), np.array([2500.0, 700.0, 4000.0]))
+    for lag_s in (0.0, 0.35, 100.0):
+        for present, new in ((CLOCKS[0], CLOCKS[-1]), (CLOCKS[len(CLOCKS) // 2], CLOCKS[0])):
+            assert work.last_finish_s(lag_s, present, new) == work.finish_s(lag_s, present, new)[-1]
+
+
+def test_the_ready_clock_reads_each_ttft_targets_largest_burst_within_a_lag() -> None:
+    """The prompts seen arriving, per TTFT target: the window of one clock lag holding the most
+    prompt tokens is the burst the clock stays ready for (a single large prompt can outweigh
+    several small ones close together)."""
+    batcher = _lagging_batcher()
+    config = ThrottllemConfig()
+    _, clock = replica_policies(PERF, batcher.config, config)
+    seen = [(0.00, 800, 0.35), (0.05, 900, 0.35), (0.50, 2000, 1.0), (0.60, 2500, 1.0), (1.00, 3000, 0.35),
+            (2.00, 500, 0.35), (2.10, 600, 0.35), (2.20, 700, 0.35)]
+    for i, (at, tokens, ttft_s) in enumerate(seen):
+        batcher.add(_prompt(i, tokens, ttft_s, arrival_s=at), at)
+    assert batcher.longest_clock_lag_s < 0.4  # 0.00 + 0.05 and 2.0-2.2 fall in one lag each, 1.0 alone
+    clock.choose_clock_mhz(batcher, 2.3)  # syncs and observes the prompts
+    clocks = clock.projector.synced_table.clocks_mhz
+    expected = ready_clock_mhz(batcher, clocks, [([3000], 0.35), ([2000, 2500], 1.0)], config.ttft_headroom)
+    # Had it taken the three close prompts (1,800 tokens) for the 0.35 s target:
+    closest = ready_clock_mhz(batcher, clocks, [([500, 600, 700], 0.35), ([2000, 2500], 1.0)], config.ttft_headroom)
+    assert clock.ready_clock_mhz(batcher) == expected > closest

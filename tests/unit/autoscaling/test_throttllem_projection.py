@@ -63,6 +63,31 @@ def test_virtual_insert_commit_and_rollback():
         board.rollback()
 
 
+
+def test_a_projection_is_kept_until_the_entries_change():
+    """The "lost" check, admission and the clock search ask for the step's projection in turn:
+    one object until an entry is added or removed or the iteration moves (a deadline or a
+    "lost" mark does not move B or KV)."""
+    board = Scoreboard(block_size=16)
+    board.reset(["a"], np.array([0]), np.array([10]), np.array([5]), np.array([9.0]), np.zeros(1),
+                np.zeros(1, dtype=bool))
+    first = board.project(0)
+    board.deadline_s[0], board.lost[0] = 1.0, True
+    assert board.project(0) is first
+    assert len(board.project(1).batch) == 4 and len(board.project(0).batch) == 5
+    board.insert_virtual("b", 0, 40, 8, 5.0, 0.0)
+    with_b = board.project(0)
+    assert with_b.batch.tolist()[:5] == [2] * 5 and len(with_b.batch) == 8
+    board.commit()
+    assert board.project(0) is with_b  # committing keeps the entries projected
+    board.reset(["c"], np.array([0]), np.array([10]), np.array([3]), np.array([9.0]), np.zeros(1),
+                np.zeros(1, dtype=bool))
+    assert board.project(0).batch.tolist() == [1, 1, 1]
+    board.insert_virtual("d", 0, 10, 2, 5.0, 0.0)
+    board.project(0)
+    board.rollback()
+    assert board.project(0).batch.tolist() == [1, 1, 1]
+
 def _projector_on_a_batch(ids: list[str]):
     from autoscaling.throttllem.config import ThrottllemConfig
     from autoscaling.throttllem.replica_policies import replica_policies
