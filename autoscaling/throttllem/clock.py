@@ -39,6 +39,9 @@ class ThrottllemClock:
         self.changes = 0
         # Interactive prompts seen arriving: (arrival s, prompt tokens, TTFT target s).
         self._prompts: deque[tuple[float, int, float]] = deque()
+        # The last answers of the two searches, where the next ones start (clock_search).
+        self._target_index: int | None = None
+        self._prompts_mhz: float | None = None
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
         seen_s = self._prompts[-1][0] if self._prompts else float("-inf")
@@ -83,7 +86,8 @@ class ThrottllemClock:
             return float(clocks[-1])
         projection = p.project()
         index = lowest_passing_clock(p.synced_table, p.lookup(projection), projection, p.deadline_lines(projection),
-                                     board.lost, now_s, p.tbt_s, p.headroom)
+                                     board.lost, now_s, p.tbt_s, p.headroom, self._target_index)
+        self._target_index = index
         return float(clocks[index])
 
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
@@ -93,8 +97,12 @@ class ThrottllemClock:
         clocks = p.synced_table.clocks_mhz
         refused = p.refused_prompt_id is not None and bool(batcher.waiting) \
             and batcher.waiting[0].request_id == p.refused_prompt_id
-        prompts = (float(clocks[-1]) if refused
-                   else prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom))
+        if refused:
+            prompts: float | None = float(clocks[-1])
+        else:
+            prompts = prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom, self._prompts_mhz)
+            if prompts is not None:
+                self._prompts_mhz = prompts
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_target_mhz:
             self.changes += 1
             return prompts

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from autoscaling.throttllem.clock_search import lowest_passing_index
 from batching.continuous_batcher import ContinuousBatcher
 
 
@@ -69,28 +70,21 @@ class PrefillWork:
         return lag_s + (at_present - lag_s) / at_present * self._done_s(prefill_s, steps, new_mhz)
 
 
-def _lowest_fitting(clocks_mhz: np.ndarray, fits: Callable[[float], bool]) -> float:
+def _lowest_fitting(clocks_mhz: np.ndarray, fits: Callable[[float], bool], hint_mhz: float | None = None) -> float:
     """The lowest of `clocks_mhz` (ascending) that fits, the top one if none does;
-    feasibility only grows with the clock."""
-    lo, hi = 0, len(clocks_mhz) - 1
-    if not fits(float(clocks_mhz[hi])):
-        return float(clocks_mhz[hi])
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if fits(float(clocks_mhz[mid])):
-            hi = mid
-        else:
-            lo = mid + 1
-    return float(clocks_mhz[lo])
+    feasibility only grows with the clock. Searched from `hint_mhz` (clock_search)."""
+    hint = None if hint_mhz is None else int(np.searchsorted(clocks_mhz, hint_mhz))
+    return float(clocks_mhz[lowest_passing_index(0, len(clocks_mhz) - 1, lambda i: fits(float(clocks_mhz[i])), hint)])
 
 
 def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float,
-                              headroom: float = 1.0) -> float | None:
+                              headroom: float = 1.0, hint_mhz: float | None = None) -> float | None:
     """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
     prefill ends its prefill within `headroom` of its TTFT; None when no interactive
     prompt waits for its first token. The GPUs run their present clock until a clock
     chosen now lands (`ContinuousBatcher.clock_lands_s`): the work done meanwhile is done
-    at that clock, so a prompt already late for the raise asks for more of it."""
+    at that clock, so a prompt already late for the raise asks for more of it. `hint_mhz`: the
+    last answer, where the search starts."""
     queue = batcher.prefill_queue(now_s)
     waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
     if not waits.any():
@@ -100,7 +94,7 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     due_s = (np.array([s.request.arrival_s + headroom * s.request.slo.ttft_s for s in queue]) - now_s)[waits]
     lag_s = batcher.clock_lands_s(now_s) - now_s
     return _lowest_fitting(clocks_mhz, lambda clock: bool(np.all(
-        work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)))
+        work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)), hint_mhz)
 
 
 def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: list[tuple[list[int], float]],

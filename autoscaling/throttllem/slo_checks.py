@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from autoscaling.throttllem.clock_search import lowest_passing_index
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection
 
@@ -106,10 +107,12 @@ def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection,
 
 
 def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, lines: DeadlineLines,
-                         ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0) -> int:
-    """Binary search over supported clocks for the lowest index that passes (M is monotone
-    in clock); the top index if none does. The ends alone first (cheap): the clock that holds
-    every token is at or above the one that holds the ends, and usually the same."""
+                         ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0,
+                         hint: int | None = None) -> int:
+    """The lowest supported clock index that passes (M is monotone in clock); the top index
+    if none does. Searched from `hint`, the last answer (clock_search). The ends alone first
+    (cheap): the clock that holds every token is at or above the one that holds the ends, and
+    usually the same."""
     def passes(clock_index: int, every_token: bool) -> bool:  # check(...).passes(ignore), stopping early
         if len(projection.batch) == 0:
             return True
@@ -119,18 +122,7 @@ def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, li
         return not lines.any_late(np.cumsum(iter_s), now_s, ignore, every_token)
 
     top = len(table.clocks_mhz) - 1
-
-    def lowest(lo: int, every_token: bool) -> int:
-        hi = top
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if passes(mid, every_token):
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
-
-    ends = lowest(0, every_token=False)
+    ends = lowest_passing_index(0, top, lambda i: passes(i, every_token=False), hint)
     if ends == top or not lines.groups or passes(ends, every_token=True):
         return ends
-    return lowest(ends + 1, every_token=True)
+    return lowest_passing_index(ends + 1, top, lambda i: passes(i, every_token=True), hint)
