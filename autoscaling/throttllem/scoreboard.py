@@ -47,11 +47,15 @@ class Scoreboard:
     def reset(self, ids: list[str], start: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
               deadline_s: np.ndarray, deadline_per_token_s: np.ndarray, lost: np.ndarray) -> None:
         """Replace every entry (the replica's running batch, re-read each step)."""
+        same = (ids == self.ids and np.array_equal(start, self.start)
+                and np.array_equal(input_tokens, self.input_tokens)
+                and np.array_equal(output_tokens, self.output_tokens))
         self.ids = list(ids)
         self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
         self.deadline_s, self.deadline_per_token_s, self.lost = deadline_s, deadline_per_token_s, lost
         self._virtual = False
-        self._projected = None
+        if not same:
+            self._projected = None
 
     def insert_virtual(self, request_id: str, start: int, input_tokens: int, output_tokens: int,
                        deadline_s: float, deadline_per_token_s: float) -> None:
@@ -92,10 +96,18 @@ class Scoreboard:
 
     def project(self, now_iter: int) -> Projection:
         """B and KV for iterations now_iter ... until the last entry ends (numpy, O(n + horizon));
-        the same object until an entry is added or removed (deadlines and "lost" do not move it).
-        Callers read it, never write to it."""
-        if self._projected is not None and self._projected[0] == now_iter:
-            return self._projected[1]
+        the same object until an entry changes (deadlines and "lost" do not move it). Callers
+        read it, never write to it. A step that only decoded the same entries moves the
+        projection by one iteration: the last one, less its first iteration, unless an entry
+        was projected to end there (the fresh projection counts it as ending one step on)."""
+        if self._projected is not None:
+            at, last = self._projected
+            if at == now_iter:
+                return last
+            if at == now_iter - 1 and len(last.batch) > 1 and int(last.remaining.min()) > 1:
+                shifted = Projection(last.batch[1:], last.kv_blocks[1:], last.remaining - 1)
+                self._projected = (now_iter, shifted)
+                return shifted
         projection = self._project(now_iter)
         self._projected = (now_iter, projection)
         return projection

@@ -88,6 +88,33 @@ def test_a_projection_is_kept_until_the_entries_change():
     board.rollback()
     assert board.project(0).batch.tolist() == [1, 1, 1]
 
+
+def test_a_decode_step_moves_the_kept_projection_by_one_iteration():
+    """Re-read with the same entries one iteration on, the scoreboard moves its last projection
+    instead of projecting again: equal to a fresh projection at every iteration, through an
+    entry's end (where it projects again) and block boundaries."""
+    entries = (["a", "b", "c"], np.array([0, -3, 2]), np.array([30, 15, 47]), np.array([9, 40, 21]))
+
+    def fresh(now_iter: int):
+        board = Scoreboard(block_size=16)
+        board.reset(*entries, np.zeros(3), np.zeros(3), np.zeros(3, dtype=bool))
+        return board.project(now_iter)
+
+    kept = Scoreboard(block_size=16)
+    moved, could_move, last = 0, 0, None
+    for now_iter in range(0, 45):
+        kept.reset(*[e.copy() if isinstance(e, np.ndarray) else list(e) for e in entries],
+                   np.zeros(3), np.zeros(3), np.zeros(3, dtype=bool))
+        got = kept.project(now_iter)
+        if last is not None and int(last.remaining.min()) > 1:
+            could_move += 1
+            moved += np.shares_memory(got.batch, last.batch)
+        want = fresh(now_iter)
+        for name in ("batch", "kv_blocks", "remaining"):
+            np.testing.assert_array_equal(getattr(got, name), getattr(want, name))
+        last = got
+    assert moved == could_move == 8  # until "a" ends; then every step projects again
+
 def _projector_on_a_batch(ids: list[str]):
     from autoscaling.throttllem.config import ThrottllemConfig
     from autoscaling.throttllem.replica_policies import replica_policies
