@@ -47,7 +47,8 @@ class Scoreboard:
     def reset(self, ids: list[str], start: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
               deadline_s: np.ndarray, deadline_per_token_s: np.ndarray, lost: np.ndarray) -> None:
         """Replace every entry (the replica's running batch, re-read each step)."""
-        same = (ids == self.ids and np.array_equal(start, self.start)
+        # Compared only when a kept projection could be reused.
+        same = (self._projected is not None and ids == self.ids and np.array_equal(start, self.start)
                 and np.array_equal(input_tokens, self.input_tokens)
                 and np.array_equal(output_tokens, self.output_tokens))
         self.ids = list(ids)
