@@ -22,6 +22,7 @@ from deployments.gpu_actor import NAMESPACE, GpuControlActor, gpu_actor_for_this
 from deployments.metrics import ReplicaMetrics
 from deployments.replica import LLMReplica, ReplicaIdentity
 from energy.hardware import GPUS
+from tests.local_ray import init_local_ray
 
 pytestmark = pytest.mark.ray
 RATE_LIMIT_S = 5.0
@@ -32,7 +33,7 @@ assert {LOW_MHZ, HIGH_MHZ} <= set(GPUS["h100-80gb"].supported_clocks_mhz())
 
 @pytest.fixture(scope="module")
 def actor() -> Iterator[Any]:
-    ray.init(address="local", num_cpus=1, include_dashboard=False, namespace="clock-forwarding-test")
+    init_local_ray(num_cpus=1, include_dashboard=False, namespace="clock-forwarding-test")
     node_id = ray.get_runtime_context().get_node_id()
     handle = GpuControlActor.options(name=f"gpu-control-{node_id}", namespace=NAMESPACE,
                                      lifetime="detached").remote("h100-80gb", RATE_LIMIT_S)

@@ -19,9 +19,10 @@ def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
     import ray
 
     from deployments.plan_store import PlanReply, plan_store
+    from tests.local_ray import init_local_ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    init_local_ray(num_cpus=1, include_dashboard=False, log_to_driver=False)
     try:
         app = f"recovery-{os.getpid()}"
         store = plan_store(app)

@@ -14,6 +14,7 @@ def test_a_tp_replica_finds_its_workers_gpus_in_its_placement_group() -> None:
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from engines.vllm_placement import held_gpu_ids
+    from tests.local_ray import init_local_ray
 
     @ray.remote(num_cpus=0, num_gpus=1)
     class Worker:  # what vLLM's Ray executor starts in each GPU bundle
@@ -21,17 +22,8 @@ def test_a_tp_replica_finds_its_workers_gpus_in_its_placement_group() -> None:
             return [int(g) for g in ray.get_gpu_ids()]
 
     # A cluster of its own even where another Ray still runs (an earlier module's that was
-    # still stopping made a plain ray.init() connect to it and refuse num_gpus, in CI). Ray
-    # gives a new node 30 s to register, fixed; on a machine busy with the other CI tiers one
-    # once took longer, so a second start is allowed.
-    for attempt in range(2):
-        try:
-            ray.init(address="local", num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
-            break
-        except Exception as exc:
-            ray.shutdown()
-            if attempt or "timed out during startup" not in str(exc):
-                raise
+    # still stopping made a plain ray.init() connect to it and refuse num_gpus, in CI).
+    init_local_ray(num_cpus=2, num_gpus=4, include_dashboard=False, log_to_driver=False)
     try:
         groups = [placement_group([{"CPU": 0.01}, {"GPU": 1}, {"GPU": 1}], strategy="STRICT_PACK") for _ in range(2)]
         ray.get([g.ready() for g in groups])
