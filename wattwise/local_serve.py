@@ -74,6 +74,8 @@ HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral ran
 # its stats port so taken, beside clusters making thousands of gRPC connections).
 FIXED_PORTS_PER_WINDOW = 16
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+# The application entry point of serve_config.yaml, which LocalServe checks before it starts Ray.
+WATTWISE_IMPORT_PATH = "deployments.builder:build_app"
 # A start fails when another process takes a port first, or when `ray start` gives up on its
 # raylet (Ray waits a fixed 30 s for it to register: a busy machine misses that now and then).
 START_ATTEMPTS = 3
@@ -227,7 +229,12 @@ class LocalServe:
     def start(self, timeout_s: float = 240) -> Self:
         """Start the cluster and the app, again on fresh ports (another window's) if a try
         fails: a process may have bound one of this window's ports, and `ray start` can
-        time out on a busy machine."""
+        time out on a busy machine. A config the app refuses fails first, with no cluster."""
+        try:
+            self._check_app_args()
+        except DeployFailed:
+            self._ports.release()
+            raise
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 return self._start_once(timeout_s)
@@ -241,6 +248,21 @@ class LocalServe:
                 stale.release()
                 self._assign_ports()
         raise AssertionError("unreachable")
+
+    def _check_app_args(self) -> None:
+        """Build each wattwise application from its args here, as Serve's build task would:
+        a config the app refuses raises DeployFailed with the app's own error in a second or
+        two, not after `ray start` and a deploy (a minute and more on a busy machine). What
+        only the replicas can find (a constructor raising) still surfaces as Serve reports it."""
+        from deployments.builder import build_app
+
+        for app in self.config.get("applications", []):
+            if app.get("import_path") != WATTWISE_IMPORT_PATH:
+                continue
+            try:
+                build_app(app.get("args") or {})
+            except ValueError as err:  # pydantic's ValidationError is one
+                raise DeployFailed(f"{app.get('name')}: {err}") from err
 
     def _start_once(self, timeout_s: float) -> Self:
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),

@@ -1,16 +1,23 @@
 """LocalServe's clean-up: its own cluster's session, nothing else; and Serve's HAProxy, which
-`ray stop` leaves running (Ray 2.60). Its ports: none shared with another cluster."""
+`ray stop` leaves running (Ray 2.60). Its ports: none shared with another cluster. A config
+the app refuses, or a deploy Serve reports failed, ends the start with the app's own error."""
 
+import json
 import os
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 
 import psutil
+import pytest
 
+from tests.factories import quick_config
 from tests.live_app import wait_for
 from wattwise.local_serve import (
     EPHEMERAL_RANGE,
+    DeployFailed,
     LocalServe,
     PortWindow,
     free_ports,
@@ -88,3 +95,53 @@ def test_clusters_get_disjoint_replica_port_windows_until_one_is_released(tmp_pa
     assert set(third.fixed_ports(10)) == fixed[0]
     second.release()
     third.release()
+
+
+def test_a_config_the_app_refuses_fails_the_start_with_its_error_before_any_cluster_starts() -> None:
+    def bad(config: dict) -> None:
+        quick_config(config)
+        long = next(p for p in config["applications"][0]["args"]["pools"] if p["name"] == "long")
+        long["autoscaling"].update({"min_replicas": 1, "initial_replicas": 2, "max_replicas": 1})
+
+    local = LocalServe(edit=bad)
+    with pytest.raises(DeployFailed, match="initial_replicas must be within"):
+        local.start()
+    assert local.ray_session_dir is None and not local.log_path.exists()  # no `ray start` ran
+    again = PortWindow()  # the refused start's window is free for the next cluster
+    try:
+        assert again.index == local._ports.index
+    finally:
+        again.release()
+
+
+def test_a_deploy_serve_reports_failed_gives_the_apps_last_error_line_first(tmp_path: Path) -> None:
+    """What only the replicas find (a constructor raising) reaches the start through Serve's
+    REST API, as the dashboard answers it."""
+    message = ("Traceback (most recent call last):\n  File \"replica.py\", line 3\n"
+               "RuntimeError: no KV cache fits\nFor further information visit https://errors.pydantic.dev")
+
+    class Dashboard(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps({"applications": {"ok": {"status": "RUNNING"},
+                                                "wattwise": {"status": "DEPLOY_FAILED", "message": message}}}).encode()
+            self.send_response(200)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    local = LocalServe()
+    try:
+        local.dashboard_port = server.server_address[1]
+        failed = local._deploy_failure()
+        assert failed is not None and failed.startswith("wattwise: RuntimeError: no KV cache fits\n")
+        assert "ok:" not in failed
+        server.shutdown()
+        server.server_close()
+        assert local._deploy_failure() is None  # no dashboard answering: still deploying, as far as it knows
+    finally:
+        local._ports.release()
