@@ -133,43 +133,46 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s
 
 
+@pytest.fixture(scope="module")
+def one_at_a_time(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
+    """max_num_seqs 1: one request runs, the rest wait inside vLLM, in its deadline order."""
+    yield from running_engine(loop, tiny_engine_config(tiny_model, max_num_seqs=1, batch_limit=4,
+                                                       prefill_by_ttft_deadline=True))
+
+
 @pytest.mark.parametrize("tight_ttft_s, first", [(30.0, "tight"), (0.001, "loose")])
-def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(tiny_model: Path, tight_ttft_s: float,
-                                                                   first: str) -> None:
+def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(one_at_a_time: VllmEngine, loop,
+                                                                   tight_ttft_s: float, first: str) -> None:
     """vLLM's own queue (max_num_seqs 1: one runs, the rest wait inside vLLM) takes the prompt
     due first, not the one that came first (keyed by TTFT deadline), unless that one is late
     already: then the one still on time (engines.vllm_deadline_scheduler.DeadlineQueue)."""
+    engine = one_at_a_time
+    assert engine.llm.vllm_config.scheduler_config.policy == "priority"
 
     async def run() -> dict[str, list[float]]:
-        engine = make_engine(tiny_engine_config(tiny_model, max_num_seqs=1, batch_limit=4,
-                                                prefill_by_ttft_deadline=True))
-        try:
-            assert engine.llm.vllm_config.scheduler_config.policy == "priority"
-            seen: dict[str, list[float]] = {}
+        seen: dict[str, list[float]] = {}
 
-            async def stream(request: Request) -> None:
-                async for _chunk in engine.generate(request):
-                    seen.setdefault(request.request_id, []).append(time.time())
+        async def stream(request: Request) -> None:
+            async for _chunk in engine.generate(request):
+                seen.setdefault(request.request_id, []).append(time.time())
 
-            # Long enough that both others are queued inside vLLM before it ends, on a busy machine.
-            running = asyncio.ensure_future(stream(_request(engine, PROMPT, 900, "running", ignore_eos=True)))
-            while "running" not in seen:
+        # Long enough that both others are queued inside vLLM before it ends, on a busy machine.
+        running = asyncio.ensure_future(stream(_request(engine, PROMPT, 900, "running", ignore_eos=True)))
+        while "running" not in seen:
+            await asyncio.sleep(0.01)
+        loose = _request(engine, PROMPT, 8, "loose")  # comes first, due in a minute
+        tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=tight_ttft_s, tbt_s=10))
+        waiting = []
+        for request in (loose, tight):  # each queued inside vLLM before the next is sent
+            waiting.append(asyncio.ensure_future(stream(request)))
+            deadline_s = time.time() + 120
+            while engine.unfinished_in_vllm() < 1 + len(waiting):
+                assert time.time() < deadline_s and not running.done(), "both must queue behind the running one"
                 await asyncio.sleep(0.01)
-            loose = _request(engine, PROMPT, 8, "loose")  # comes first, due in a minute
-            tight = dataclasses.replace(_request(engine, PROMPT, 8, "tight"), slo=SLO(ttft_s=tight_ttft_s, tbt_s=10))
-            waiting = []
-            for request in (loose, tight):  # each queued inside vLLM before the next is sent
-                waiting.append(asyncio.ensure_future(stream(request)))
-                deadline_s = time.time() + 120
-                while engine.unfinished_in_vllm() < 1 + len(waiting):
-                    assert time.time() < deadline_s and not running.done(), "both must queue behind the running one"
-                    await asyncio.sleep(0.01)
-            await asyncio.gather(running, *waiting)
-            return seen
-        finally:
-            await engine.shutdown()
+        await asyncio.gather(running, *waiting)
+        return seen
 
-    seen = asyncio.run(run())
+    seen = loop.run_until_complete(run())
     second = "loose" if first == "tight" else "tight"
     assert seen["running"][-1] <= seen[first][0], "the request running when both arrived goes on to its end"
     assert seen[first][-1] <= seen[second][0], "the prompt that goes first ran (to its end: one at a time) first"
