@@ -265,6 +265,10 @@ class LocalServe:
                 raise DeployFailed(f"{app.get('name')}: {err}") from err
 
     def _start_once(self, timeout_s: float) -> Self:
+        # Ports another process holds already fail this start before a cluster is started
+        # for nothing; one taken later, between here and its bind, is found in the wait below.
+        if taken := self._ports_taken_by_others():
+            raise PortTaken(f"ports {sorted(taken)} were taken by other processes before this cluster started")
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
         # the workers the raylet forks and Serve's HAProxy stay in that session (workers
         # change process group, not session), which `stop` ends, and nothing else.
