@@ -30,7 +30,7 @@ class HashedBucketModel:
     def fit(self, texts: list[str], prompt_tokens: list[int], labels: list[int]) -> None:
         """Epochs of partial_fit (not fit): every bucket stays a class even if the data
         lack it, so online updates can still teach it. Refits the featuriser's idf and scaling."""
-        X = self.featurizer.fit(texts, prompt_tokens).transform(texts, prompt_tokens)
+        X = self.featurizer.fit_transform(texts, prompt_tokens)
         y = np.asarray(labels)
         rng = np.random.default_rng(self._seed)
         for _ in range(self._epochs):

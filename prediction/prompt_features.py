@@ -35,20 +35,31 @@ class PromptFeaturizer:
         return self._vectorizer.transform([t[: self.max_chars] for t in texts])
 
     def fit(self, texts: list[str], prompt_tokens: list[int]) -> PromptFeaturizer:
-        counts = self._counts(texts)
+        self._fit(self._counts(texts), cue_matrix(texts, prompt_tokens))
+        return self
+
+    def fit_transform(self, texts: list[str], prompt_tokens: list[int]) -> csr_matrix:
+        """fit, then transform of the same prompts, reading each prompt's words and cues once
+        (the cues' regexes are most of a fit: ~1 s of the ingress predictor's start)."""
+        counts, cues = self._counts(texts), cue_matrix(texts, prompt_tokens)
+        self._fit(counts, cues)
+        return self._transform(counts, cues)
+
+    def transform(self, texts: list[str], prompt_tokens: list[int]) -> csr_matrix:
+        return self._transform(self._counts(texts), cue_matrix(texts, prompt_tokens))
+
+    def _fit(self, counts: csr_matrix, cues: np.ndarray) -> None:
         df = np.bincount(counts.indices, minlength=counts.shape[1])
         self._idf = np.log((1 + counts.shape[0]) / (1 + df)) + 1  # scikit-learn's smoothed idf
-        cues = cue_matrix(texts, prompt_tokens)
         self._cue_mean = cues.mean(axis=0)
         std = cues.std(axis=0)
         self._cue_scale = np.where(std > 0, std, 1.0)
-        return self
 
-    def transform(self, texts: list[str], prompt_tokens: list[int]) -> csr_matrix:
-        words = self._counts(texts).astype(np.float64)
+    def _transform(self, counts: csr_matrix, cues: np.ndarray) -> csr_matrix:
+        words = counts.astype(np.float64)
         words.data = (1 + np.log(words.data)) * self._idf[words.indices]  # sublinear tf x idf
         rows = np.repeat(np.arange(words.shape[0]), np.diff(words.indptr))
         norms = np.sqrt(np.bincount(rows, weights=words.data**2, minlength=words.shape[0]))
         words.data /= norms[rows]
-        cues = (cue_matrix(texts, prompt_tokens) - self._cue_mean) / self._cue_scale * self.cue_weight
-        return hstack([words, csr_matrix(cues)], format="csr")
+        scaled = (cues - self._cue_mean) / self._cue_scale * self.cue_weight
+        return hstack([words, csr_matrix(scaled)], format="csr")

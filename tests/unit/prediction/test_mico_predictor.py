@@ -14,6 +14,7 @@ from prediction.predictor_config import PredictorConfig
 from prediction.predictor_factory import make_predictor
 from prediction.prompt_cues import CUES, N_CUES, prompt_cues
 from prediction.prompt_data import load_pairs, split_by_conversation, split_three_way
+from prediction.prompt_features import PromptFeaturizer
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +163,11 @@ def test_transformer_model_needs_its_packages_or_says_so(tmp_path) -> None:
 def test_fast_probabilities_match_scikit_learn(predictor, held_out) -> None:
     texts, tokens = held_out.prompts[:50], held_out.prompt_tokens[:50]
     assert np.allclose(predictor.model.predict_proba(texts, tokens), predictor.model.sklearn_proba(texts, tokens))
+
+
+def test_fit_transform_is_fit_then_transform_to_the_bit() -> None:
+    pairs = load_pairs()
+    texts, tokens = pairs.prompts[:300], pairs.prompt_tokens[:300]
+    once = PromptFeaturizer().fit_transform(texts, tokens)
+    twice = PromptFeaturizer().fit(texts, tokens).transform(texts, tokens)
+    assert once.shape == twice.shape and (once != twice).nnz == 0
