@@ -27,6 +27,10 @@ class HashedBucketModel:
         self._model = SGDClassifier(loss="log_loss", alpha=alpha, random_state=seed)
         self._weights: np.ndarray | None = None  # coef_.T, C-contiguous; None after a fit
 
+    def __getstate__(self) -> dict:
+        """Pickled (core.disk_cache) without the transposed weights: a copy of coef_, 20 MB."""
+        return {**self.__dict__, "_weights": None}
+
     def fit(self, texts: list[str], prompt_tokens: list[int], labels: list[int]) -> None:
         """Epochs of partial_fit (not fit): every bucket stays a class even if the data
         lack it, so online updates can still teach it. Refits the featuriser's idf and scaling."""

@@ -8,12 +8,8 @@ over it is sound. Scores follow the paper's Table III (R², MAPE, MAE on 90/10 a
 
 from __future__ import annotations
 
-import hashlib
-import os
-import pickle
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import sklearn
@@ -24,8 +20,8 @@ from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error,
 from autoscaling.throttllem import ips_profiling
 from autoscaling.throttllem.ips_profiling import IpsSamples, profile_ips
 from batching import continuous_batcher
+from core.disk_cache import cached_pickle, fingerprint
 from energy.calibration import default_perf_model
-from energy.perf_model import PerfModel
 
 # Feature order: tp, batch, kv_blocks, clock_mhz (IpsSamples.features).
 MONOTONE = (0, -1, -1, 1)
@@ -99,37 +95,15 @@ def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb", prof
     return profile_ips(default_perf_model(model, hardware, profile))
 
 
-CACHE_DIR = Path(os.environ.get("WATTWISE_CACHE_DIR", Path.home() / ".cache" / "wattwise"))
-
-
-def _profile_fingerprint(perf: PerfModel) -> str:
-    """What `profile_ips(perf)`'s samples are a function of: the perf model's parameters and
-    the code that runs the sweep (the profiler and the batcher it drives)."""
-    digest = hashlib.sha256(repr((perf.gpu, perf.model, perf.fits, perf.decode_power)).encode())
-    for module in (ips_profiling, continuous_batcher):
-        digest.update(Path(module.__file__ or "").read_bytes())
-    return digest.hexdigest()[:16]
-
-
 @lru_cache(maxsize=4)
 def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> IpsModel:
     """M for the built-in model, fitted once per machine: every replica of a Serve app
     needs it at start, and profiling plus the fit take ~10 s of a CPU (~30 s on a busy one,
     which starved running replicas while the demo scaled up). The cache file is keyed by
-    what the samples are a function of and the scikit-learn version, so a hit skips the
-    profile and is never stale."""
+    what the samples are a function of (the perf model's parameters and the code that runs
+    the sweep: the profiler and the batcher it drives) and the scikit-learn version, so a hit
+    skips the profile and is never stale."""
     perf = default_perf_model(model, hardware, profile)
-    path = CACHE_DIR / f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{_profile_fingerprint(perf)}.pkl"
-    try:
-        return pickle.loads(path.read_bytes())
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError):
-        pass  # absent, torn, or written by a version whose classes lived elsewhere: refit
-    fitted = IpsModel().fit(default_profile(model, hardware, profile))
-    try:  # written whole or not at all: concurrent replicas may race here
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_bytes(pickle.dumps(fitted))
-        tmp.replace(path)
-    except OSError:
-        pass
-    return fitted
+    key = fingerprint((perf.gpu, perf.model, perf.fits, perf.decode_power), modules=(ips_profiling, continuous_batcher))
+    return cached_pickle(f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{key}.pkl",
+                         lambda: IpsModel().fit(default_profile(model, hardware, profile)))
