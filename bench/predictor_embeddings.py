@@ -14,7 +14,6 @@ import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +23,7 @@ from sklearn.linear_model import LogisticRegression, SGDClassifier
 from bench.predictor_candidates import BASELINES, _scaled_cues, hashed_cues_sgd, labels
 from bench.predictor_sweep import add_labels_argument, scores
 from core.classes import LengthClassConfig
+from core.disk_cache import CACHE_DIR
 from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import median_bucket
@@ -31,12 +31,12 @@ from prediction.predictor_config import PredictorConfig
 from prediction.prompt_data import PromptPairs
 from prediction.prompt_features import PromptFeaturizer
 
-CACHE_DIR = Path("~/.cache/wattwise").expanduser()
 CUE_WEIGHT = 0.5  # as prediction.prompt_features
 
 
 def cached(key: str, pairs: PromptPairs, compute: Callable[[], dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    """`compute()` once per (key, prompts), then from ~/.cache/wattwise: sweeps refit heads, never the encoder."""
+    """`compute()` once per (key, prompts), then from the machine's cache (core.disk_cache.CACHE_DIR):
+    sweeps refit heads, never the encoder."""
     digest = hashlib.sha256("\x00".join(pairs.prompts).encode()).hexdigest()[:16]
     path = CACHE_DIR / f"embeddings-{key}-{digest}.npz"
     if path.exists():

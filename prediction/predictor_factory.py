@@ -19,6 +19,7 @@ from prediction import (
     prompt_features,
 )
 from prediction.hashed_bucket_model import HashedBucketModel
+from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import BucketLengthPredictor
 from prediction.predict import BucketMedianPredictor, OutputLengthPredictor
 from prediction.predictor_config import PredictorConfig
@@ -42,26 +43,26 @@ def make_bucket_predictor(config: PredictorConfig, lengths: LengthClassConfig) -
         raise ValueError("predictor kind 'bucket_median' has no bucket model")
     buckets = config.length_buckets(lengths)
     data = Path(config.data_path) if config.data_path else PROMPTS_FILE
-
-    def build() -> BucketLengthPredictor:
-        split = split_three_way(load_pairs(data))
-        model: TransformerBucketModel | HashedBucketModel
-        if config.kind == "transformer":
-            assert config.model_path is not None  # PredictorConfig's validator
-            model = TransformerBucketModel(config.model_path, buckets.n)
-        else:
-            model = HashedBucketModel(buckets.n, seed=config.seed)
-            model.fit(split.train.prompts, split.train.prompt_tokens,
-                      [buckets.label(n) for n in split.train.output_tokens])
-        predictor = BucketLengthPredictor(
-            model, buckets, config.online_sample_rate, config.online_batch, config.error_window, seed=config.seed
-        )
-        predictor.seed_errors(split.validation)  # the test split stays for bench.predictor's one report
-        return predictor
-
     if config.kind == "transformer":
-        return build()
+        return _build(config, buckets, data)
     # Trained the same way in every process (fixed data, seed and code): each ingress replica
     # of a machine after the first loads it (~2 s of CPU less per replica start).
     key = fingerprint((config, buckets), modules=_TRAINING_CODE, files=(data,))
-    return cached_pickle(f"predictor-{config.kind}-sklearn{sklearn.__version__}-{key}.pkl", build)
+    return cached_pickle(f"predictor-{config.kind}-sklearn{sklearn.__version__}-{key}.pkl",
+                         lambda: _build(config, buckets, data))
+
+
+def _build(config: PredictorConfig, buckets: LengthBuckets, data: Path) -> BucketLengthPredictor:
+    split = split_three_way(load_pairs(data))
+    model: TransformerBucketModel | HashedBucketModel
+    if config.kind == "transformer":
+        assert config.model_path is not None  # PredictorConfig's validator
+        model = TransformerBucketModel(config.model_path, buckets.n)
+    else:
+        model = HashedBucketModel(buckets.n, seed=config.seed)
+        model.fit(split.train.prompts, split.train.prompt_tokens, [buckets.label(n) for n in split.train.output_tokens])
+    predictor = BucketLengthPredictor(
+        model, buckets, config.online_sample_rate, config.online_batch, config.error_window, seed=config.seed
+    )
+    predictor.seed_errors(split.validation)  # the test split stays for bench.predictor's one report
+    return predictor

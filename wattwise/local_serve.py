@@ -74,8 +74,6 @@ HTTP_WINDOWS_START, GRPC_WINDOWS_START = 20000, 25000  # below the ephemeral ran
 # its stats port so taken, beside clusters making thousands of gRPC connections).
 FIXED_PORTS_PER_WINDOW = 16
 EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
-# The application entry point of serve_config.yaml, which LocalServe checks before it starts Ray.
-WATTWISE_IMPORT_PATH = "deployments.builder:build_app"
 # A start fails when another process takes a port first, or when `ray start` gives up on its
 # raylet (Ray waits a fixed 30 s for it to register: a busy machine misses that now and then).
 START_ATTEMPTS = 3
@@ -256,8 +254,9 @@ class LocalServe:
         only the replicas can find (a constructor raising) still surfaces as Serve reports it."""
         from deployments.builder import build_app
 
+        entry_point = f"{build_app.__module__}:{build_app.__qualname__}"
         for app in self.config.get("applications", []):
-            if app.get("import_path") != WATTWISE_IMPORT_PATH:
+            if app.get("import_path") != entry_point:
                 continue
             try:
                 build_app(app.get("args") or {})
