@@ -233,18 +233,23 @@ class LocalServe:
         except DeployFailed:
             self._ports.release()
             raise
-        for attempt in range(1, START_ATTEMPTS + 1):
-            try:
-                return self._start_once(timeout_s)
-            except (subprocess.CalledProcessError, subprocess.TimeoutExpired, TimeoutError, PortTaken) as err:
-                if attempt == START_ATTEMPTS:
-                    self._ports.release()
-                    raise
-                with open(self.log_path, "a") as log:
-                    log.write(f"\nwattwise: start attempt {attempt} failed ({err!r}); again on fresh ports\n")
-                stale, self._ports = self._ports, PortWindow()  # another window first: its ports differ
-                stale.release()
-                self._assign_ports()
+        failed: list[PortWindow] = []  # held until this call ends: a retry never returns to one
+        try:
+            for attempt in range(1, START_ATTEMPTS + 1):
+                try:
+                    return self._start_once(timeout_s)
+                except (subprocess.CalledProcessError, subprocess.TimeoutExpired, TimeoutError, PortTaken) as err:
+                    if attempt == START_ATTEMPTS:
+                        self._ports.release()
+                        raise
+                    with open(self.log_path, "a") as log:
+                        log.write(f"\nwattwise: start attempt {attempt} failed ({err!r}); again on fresh ports\n")
+                    failed.append(self._ports)
+                    self._ports = PortWindow()
+                    self._assign_ports()
+        finally:
+            for window in failed:
+                window.release()
         raise AssertionError("unreachable")
 
     def _check_app_args(self) -> None:
@@ -267,7 +272,7 @@ class LocalServe:
         # Ports another process holds already fail this start before a cluster is started
         # for nothing; one taken later, between here and its bind, is found in the wait below.
         if taken := self._ports_taken_by_others():
-            raise PortTaken(f"ports {sorted(taken)} were taken by other processes before this cluster started")
+            raise PortTaken(f"ports were taken by other processes before this cluster started: {taken}")
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
         # the workers the raylet forks and Serve's HAProxy stay in that session (workers
         # change process group, not session), which `stop` ends, and nothing else.
@@ -292,7 +297,7 @@ class LocalServe:
                 if failed := self._deploy_failure():
                     raise DeployFailed(f"the app failed to deploy: {failed}\n(see {self.log_path})")
                 if taken := self._ports_taken_by_others():
-                    raise PortTaken(f"ports {sorted(taken)} were taken by other processes before this cluster bound")
+                    raise PortTaken(f"ports were taken by other processes before this cluster bound: {taken}")
                 time.sleep(1)
             raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
         except BaseException:
@@ -332,16 +337,19 @@ class LocalServe:
                         return Path(value)
         raise RuntimeError(f"no process of this cluster names its Ray session folder; see {self.log_path}")
 
-    def _ports_taken_by_others(self) -> set[int]:
+    def _ports_taken_by_others(self) -> str:
         """This cluster's ports that a process outside its session holds (listening or in
-        a connection: an outgoing connection's local port blocks a bind just the same).
+        a connection: an outgoing connection's local port blocks a bind just the same), as
+        "port by pid (name)" ("" when none): the holder is what a failed start's log needs.
         A socket without a live, known owner is not counted: psutil finds owners by
         scanning processes before it lists sockets, so a connection the GCS accepts in
         between has none (a CI run restarted a healthy cluster over it); a thief nobody can
         see is left to the start's timeout."""
-        return {conn.laddr.port for conn in psutil.net_connections("tcp")
-                if conn.laddr and conn.laddr.port in self._own_ports and conn.status != psutil.CONN_TIME_WAIT
-                and conn.pid is not None and session_of(conn.pid) not in (None, self._session)}
+        taken = sorted((conn.laddr.port, conn.pid) for conn in psutil.net_connections("tcp")
+                       if conn.laddr and conn.laddr.port in self._own_ports
+                       and conn.status != psutil.CONN_TIME_WAIT
+                       and conn.pid is not None and session_of(conn.pid) not in (None, self._session))
+        return ", ".join(f"{port} by {pid} ({_process_name(pid)})" for port, pid in taken)
 
     @property
     def admin_headers(self) -> dict[str, str]:
@@ -402,6 +410,13 @@ class DeployFailed(RuntimeError):
 
 class PortTaken(RuntimeError):
     """Another process bound one of the ports picked for this cluster."""
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return " ".join(psutil.Process(pid).cmdline()[:3])[:120]
+    except psutil.Error:
+        return "gone"
 
 
 def session_of(pid: int) -> int | None:

@@ -37,7 +37,7 @@ def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves
             assert not set(taken) & {local.http_port, int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"])}
             assert local.config["http_options"]["port"] == local.http_port
             log = local.log_path.read_text()
-            assert "start attempt 1 failed" in log and "taken by other processes before this cluster started" in log
+            assert "start attempt 1 failed" in log and "taken by other processes before this cluster started: " in log
             reply = httpx.post(f"{local.base_url}/v1/completions", timeout=60,
                                headers={"authorization": f"Bearer {INTERACTIVE_KEY}"},
                                json={"model": "llama2-70b-sim", "prompt": "hello there", "max_tokens": 2})

@@ -4,8 +4,10 @@ the app refuses, or a deploy Serve reports failed, ends the start with the app's
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import tempfile
 import threading
 from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
@@ -17,8 +19,10 @@ from tests.factories import quick_config
 from tests.live_app import wait_for
 from wattwise.local_serve import (
     EPHEMERAL_RANGE,
+    START_ATTEMPTS,
     DeployFailed,
     LocalServe,
+    PortTaken,
     PortWindow,
     free_ports,
     haproxy_pids,
@@ -145,3 +149,38 @@ def test_a_deploy_serve_reports_failed_gives_the_apps_last_error_line_first(tmp_
         assert local._deploy_failure() is None  # no dashboard answering: still deploying, as far as it knows
     finally:
         local._ports.release()
+
+
+def test_a_port_another_process_holds_fails_the_start_naming_its_holder_before_ray_starts() -> None:
+    local = LocalServe()
+    thief = socket.socket()
+    try:
+        thief.bind(("127.0.0.1", local.http_port))
+        thief.listen()
+        with pytest.raises(PortTaken, match=f"{local.http_port} by {os.getpid()} "):
+            local._start_once(timeout_s=1)
+        assert local.ray_session_dir is None and not local.log_path.exists()  # no `ray start` ran
+    finally:
+        thief.close()
+        local._ports.release()
+
+
+def test_each_retry_gets_a_window_no_failed_try_used_and_all_are_free_after(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A window whose start failed stays held until the start ends: released at once, the
+    lowest free window is often that one again, and a port held for good fails every try."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # windows of this test's own
+    tried: list[int] = []
+
+    def taken(self: LocalServe, timeout_s: float) -> LocalServe:
+        tried.append(self._ports.index)
+        raise PortTaken("held for good")
+
+    monkeypatch.setattr(LocalServe, "_start_once", taken)
+    with pytest.raises(PortTaken, match="held for good"):
+        LocalServe().start()
+    assert tried == list(range(START_ATTEMPTS))
+    windows = [PortWindow() for _ in tried]
+    assert [w.index for w in windows] == tried  # every one free again
+    for window in windows:
+        window.release()
