@@ -7,7 +7,7 @@ its finalizers and gc callbacks are Python code, and there another thread may ru
 parses too (pytest rewriting a module it imports, hypothesis describing a lambda, a traceback
 formatting its caret line), it resets the shared depth and the first parse raises
 ``SystemError: AST constructor recursion depth mismatch`` for a tree it built correctly. CI
-failed three times on it, in tests/ray/test_fuzz_openapi.py, with no defect in wattwise.
+failed three times on it, in the fuzz run of tests/ray/test_http_guards.py, with no defect in wattwise.
 
 With collection held off and parses taken one at a time, no Python code runs inside a parse.
 Nothing is caught or retried: every error is raised as the interpreter raises it.

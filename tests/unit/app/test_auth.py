@@ -1,5 +1,5 @@
 """Tenant and admin keys: hashed config and key files, 401/403, checked on app.auth and the
-config (tests/ray/test_auth.py goes through real HTTP against a running app)."""
+config (tests/ray/test_http_guards.py goes through real HTTP against a running app)."""
 
 import json
 from pathlib import Path

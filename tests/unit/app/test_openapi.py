@@ -1,5 +1,5 @@
 """Input hardening in process: the published OpenAPI spec and field validation (bad input is
-a 400 in OpenAI's format, naming the field). tests/ray/test_fuzz_openapi.py fuzzes the spec
+a 400 in OpenAI's format, naming the field). tests/ray/test_http_guards.py fuzzes the spec
 against the running app."""
 
 from typing import Any
