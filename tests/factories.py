@@ -71,6 +71,16 @@ def quick_config(config: dict[str, Any]) -> None:
     keep_every_pool(config)
 
 
+def one_entry(config: dict[str, Any]) -> None:
+    """One ingress and one gateway replica, for a test of what lies behind the entry (a pool's
+    policy, router or phases), which two of each only make slower to start: each is a process
+    of ~6-15 s of CPU on a 2-core CI machine starting several apps. Failover between entries
+    is tested where it is the point (test_node_loss, test_faults, the gateway's unit tests)."""
+    args = config["applications"][0]["args"]
+    args["ingress_replicas"] = 1
+    args["gateway_replicas"] = 1
+
+
 def keep_every_pool(config: dict[str, Any]) -> None:
     """Every pool keeps a replica: the shipped short and medium pools have min_replicas 0 so
     that the one controller may fold them at low load, which a test of other behaviour

@@ -9,6 +9,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.factories import one_entry
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -16,6 +17,7 @@ MODEL = "llama2-70b-sim"
 
 
 def _dynamollm_config(config: dict[str, Any]) -> None:
+    one_entry(config)
     app = config["applications"][0]
     pools = app["args"]["pools"]
     app["autoscaling_policy"]["policy_kwargs"] = {

@@ -6,6 +6,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.factories import one_entry
 from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
@@ -14,6 +15,7 @@ MODEL = "llama2-70b-sim"
 
 def _token_routed(config: dict[str, Any]) -> None:
     """Two replicas of the short pool behind the token-balanced router; one of the others."""
+    one_entry(config)
     app = config["applications"][0]
     for pool in app["args"]["pools"]:
         pool["request_router"] = "token_balanced"

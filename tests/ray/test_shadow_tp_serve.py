@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from core.classes import LengthClassConfig
+from tests.factories import one_entry
 from tests.shadow_load import Load, pin_and_watch, pools
 from wattwise.local_serve import LocalServe
 
@@ -19,6 +20,7 @@ MODEL = "llama2-70b-sim"
 
 def _shadow_config(config: dict[str, Any]) -> None:
     """One sim pool for every length class at TP2 that may run at TP4, by shadow deployment."""
+    one_entry(config)
     app = config["applications"][0]
     # The rollout is driven by an operator's pin: a policy that plans TPs itself would race it.
     app["autoscaling_policy"]["policy_kwargs"] = {"policy": "utilisation", "shadow_timeout_s": 120, "handover_s": 3}

@@ -15,6 +15,7 @@ from typing import Any
 import openai
 import pytest
 
+from tests.factories import one_entry
 from tests.live_app import wait_for
 from wattwise.local_serve import LocalServe
 
@@ -24,6 +25,7 @@ CONFIG = Path(__file__).resolve().parents[2] / "serve_config.splitwise.yaml"
 
 
 def _split_config(config: dict[str, Any]) -> None:
+    one_entry(config)
     args = config["applications"][0]["args"]
     args["batch_api"] = {"enabled": False}
     args["splitwise"].update({"transfer_failure_prob": 0.25, "kv_transfer_timeout_s": 0.5, "report_period_s": 0.5})

@@ -15,6 +15,7 @@ import openai
 import pytest
 
 from core.paths import ROOT
+from tests.factories import one_entry
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
 from wattwise.local_serve import LocalServe
 from wattwise.tiny_model import stdlib_docstrings, tiny_engine_config
@@ -32,6 +33,7 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:
         return tiny_engine_config(tiny_model, enable_prefix_caching=False, kv_transfer={"role": role})
 
     def edit(config: dict[str, Any]) -> None:
+        one_entry(config)
         args = config["applications"][0]["args"]
         args["model_name"] = MODEL
         args["batch_api"] = {"enabled": False}

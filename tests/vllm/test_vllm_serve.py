@@ -20,6 +20,7 @@ import openai
 import pytest
 
 from core.paths import ROOT
+from tests.factories import one_entry
 from tests.live_app import in_replica, served_with_driver
 from tests.shadow_load import Load, pin_and_watch, pools
 from tests.tiny_model_fixture import hf_greedy, require_vllm, tiny_model  # noqa: F401 (fixture)
@@ -38,6 +39,7 @@ PROMPT = "Return the number of items in the"
 @pytest.fixture(scope="module")
 def served(tiny_model: Path) -> Iterator[LocalServe]:
     def edit(config: dict[str, Any]) -> None:
+        one_entry(config)
         app = config["applications"][0]
         app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 300, "handover_s": 3})
         args = app["args"]
