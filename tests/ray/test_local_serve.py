@@ -7,19 +7,25 @@ report of a failed deploy: tests/unit/wattwise/test_local_serve.py.)"""
 import contextlib
 import errno
 import socket
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.factories import INTERACTIVE_KEY, quick_config
+from tests.factories import INTERACTIVE_KEY, one_entry, quick_config
 from wattwise.local_serve import LocalServe
+
+
+def _one_entry_quick(config: dict[str, Any]) -> None:
+    quick_config(config)
+    one_entry(config)
 
 
 @pytest.mark.ray
 def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves() -> None:
     # Serve's HTTP port, and one only HAProxy binds: each alone fails the start (the check
     # is the same for every port of the cluster's), so one start covers both.
-    local = LocalServe(edit=quick_config)
+    local = LocalServe(edit=_one_entry_quick)
     taken = [local.http_port, int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"])]
     with contextlib.ExitStack() as stack:
         for port in taken:
