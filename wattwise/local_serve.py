@@ -233,24 +233,41 @@ class LocalServe:
         except DeployFailed:
             self._ports.release()
             raise
-        failed: list[PortWindow] = []  # held until this call ends: a retry never returns to one
+        failed: list[PortWindow] = []  # held until this call ends: no try returns to one
         try:
             for attempt in range(1, START_ATTEMPTS + 1):
+                self._skip_taken_windows(failed)
                 try:
                     return self._start_once(timeout_s)
                 except (subprocess.CalledProcessError, subprocess.TimeoutExpired, TimeoutError, PortTaken) as err:
                     if attempt == START_ATTEMPTS:
                         self._ports.release()
                         raise
-                    with open(self.log_path, "a") as log:
-                        log.write(f"\nwattwise: start attempt {attempt} failed ({err!r}); again on fresh ports\n")
-                    failed.append(self._ports)
-                    self._ports = PortWindow()
-                    self._assign_ports()
+                    self._log(f"start attempt {attempt} failed ({err!r}); again on fresh ports")
+                    self._next_window(failed)
         finally:
             for window in failed:
                 window.release()
         raise AssertionError("unreachable")
+
+    def _skip_taken_windows(self, failed: list[PortWindow]) -> None:
+        """Move on from windows whose ports other processes hold already (a process of a
+        cluster that just ended, say), before a cluster is started for nothing: a window so
+        found costs no start attempt. One taken later, between here and its bind, is found
+        in `_start_once`'s wait."""
+        while taken := self._ports_taken_by_others():
+            self._log(f"ports were taken by other processes before this cluster started: {taken}; "
+                      "on the next window")
+            self._next_window(failed)
+
+    def _next_window(self, failed: list[PortWindow]) -> None:
+        failed.append(self._ports)
+        self._ports = PortWindow()  # raises once every window is held
+        self._assign_ports()
+
+    def _log(self, line: str) -> None:
+        with open(self.log_path, "a") as log:
+            log.write(f"\nwattwise: {line}\n")
 
     def _check_app_args(self) -> None:
         """Build each wattwise application from its args here, as Serve's build task would:
@@ -269,10 +286,6 @@ class LocalServe:
                 raise DeployFailed(f"{app.get('name')}: {err}") from err
 
     def _start_once(self, timeout_s: float) -> Self:
-        # Ports another process holds already fail this start before a cluster is started
-        # for nothing; one taken later, between here and its bind, is found in the wait below.
-        if taken := self._ports_taken_by_others():
-            raise PortTaken(f"ports were taken by other processes before this cluster started: {taken}")
         # In a session of its own: the daemons `ray start` leaves (GCS, raylet, dashboard),
         # the workers the raylet forks and Serve's HAProxy stay in that session (workers
         # change process group, not session), which `stop` ends, and nothing else.

@@ -151,18 +151,26 @@ def test_a_deploy_serve_reports_failed_gives_the_apps_last_error_line_first(tmp_
         local._ports.release()
 
 
-def test_a_port_another_process_holds_fails_the_start_naming_its_holder_before_ray_starts() -> None:
+def test_a_window_whose_ports_another_process_holds_is_skipped_before_ray_starts(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Such a window costs no start attempt, and the log names the holder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # windows of this test's own
     local = LocalServe()
+    first, held_port = local._ports.index, local.http_port
     thief = socket.socket()
+    failed: list[PortWindow] = []
     try:
-        thief.bind(("127.0.0.1", local.http_port))
+        thief.bind(("127.0.0.1", held_port))
         thief.listen()
-        with pytest.raises(PortTaken, match=f"{local.http_port} by {os.getpid()} "):
-            local._start_once(timeout_s=1)
-        assert local.ray_session_dir is None and not local.log_path.exists()  # no `ray start` ran
+        local._skip_taken_windows(failed)
+        assert [w.index for w in failed] == [first] and local._ports.index != first
+        assert local.http_port != held_port and local.config["http_options"]["port"] == local.http_port
+        assert f"{held_port} by {os.getpid()} " in local.log_path.read_text()
+        assert local.ray_session_dir is None  # no `ray start` ran
     finally:
         thief.close()
-        local._ports.release()
+        for window in [*failed, local._ports]:
+            window.release()
 
 
 def test_each_retry_gets_a_window_no_failed_try_used_and_all_are_free_after(
@@ -170,6 +178,7 @@ def test_each_retry_gets_a_window_no_failed_try_used_and_all_are_free_after(
     """A window whose start failed stays held until the start ends: released at once, the
     lowest free window is often that one again, and a port held for good fails every try."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # windows of this test's own
+    monkeypatch.setattr(LocalServe, "_ports_taken_by_others", lambda self: "")  # real clusters may hold them
     tried: list[int] = []
 
     def taken(self: LocalServe, timeout_s: float) -> LocalServe:
