@@ -19,6 +19,7 @@ from tests.factories import quick_config
 from tests.live_app import wait_for
 from wattwise.local_serve import (
     EPHEMERAL_RANGE,
+    PORT_WINDOWS,
     START_ATTEMPTS,
     DeployFailed,
     LocalServe,
@@ -154,22 +155,25 @@ def test_a_deploy_serve_reports_failed_gives_the_apps_last_error_line_first(tmp_
 def test_a_window_whose_ports_another_process_holds_is_skipped_before_ray_starts(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Such a window costs no start attempt, and the log names the holder."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # windows of this test's own
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # window locks of this test's own
+    # ... and the two highest windows, whose ports no cluster of a test run beside this one
+    # uses (they take the lowest free windows).
+    below = [PortWindow() for _ in range(PORT_WINDOWS - 2)]
     local = LocalServe()
-    first, held_port = local._ports.index, local.http_port
     thief = socket.socket()
     failed: list[PortWindow] = []
     try:
+        held_port = local.http_port
         thief.bind(("127.0.0.1", held_port))
         thief.listen()
         local._skip_taken_windows(failed)
-        assert [w.index for w in failed] == [first] and local._ports.index != first
+        assert [w.index for w in failed] == [PORT_WINDOWS - 2] and local._ports.index == PORT_WINDOWS - 1
         assert local.http_port != held_port and local.config["http_options"]["port"] == local.http_port
         assert f"{held_port} by {os.getpid()} " in local.log_path.read_text()
         assert local.ray_session_dir is None  # no `ray start` ran
     finally:
         thief.close()
-        for window in [*failed, local._ports]:
+        for window in [*below, *failed, local._ports]:
             window.release()
 
 
