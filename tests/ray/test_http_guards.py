@@ -60,7 +60,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
         args["default_max_tokens"] = 8  # fuzzed requests that name no length stay short
         args["batch_api"] = {"db_path": str(tmp_path_factory.mktemp("batches") / "batches.sqlite")}
         # Two ingress replicas: operator settings must reach both, whichever one took the call.
-        config["applications"][0].setdefault("deployments", []).append({"name": "Ingress", "num_replicas": 2})
+        args["ingress_replicas"] = 2
         args["gateway_replicas"] = 1  # the entry in front of them: one is enough here
         keep_every_pool(config)  # the admin calls below act on pool-short
 
