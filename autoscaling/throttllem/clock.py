@@ -25,7 +25,7 @@ from collections import deque
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
-from autoscaling.throttllem.prompt_deadlines import prompt_deadline_clock_mhz, ready_clock_mhz
+from autoscaling.throttllem.prompt_deadlines import burst_ready_clock_mhz, prompt_deadline_clock_mhz
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
 from batching.continuous_batcher import ContinuousBatcher
 
@@ -42,6 +42,7 @@ class ThrottllemClock:
         # The last answers of the two searches, where the next ones start (clock_search).
         self._target_index: int | None = None
         self._prompts_mhz: float | None = None
+        self._ready_mhz: dict[float, float] = {}  # by TTFT target
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
         seen_s = self._prompts[-1][0] if self._prompts else float("-inf")
@@ -55,7 +56,7 @@ class ThrottllemClock:
     def ready_clock_mhz(self, batcher: ContinuousBatcher) -> float:
         """The clock below which the largest recent burst of prompts of each TTFT target (the
         most prompt tokens arriving within one raise's lag) could not be saved by a raise
-        (prompt_deadlines.ready_clock_mhz)."""
+        (prompt_deadlines.burst_ready_clock_mhz), each searched from its last answer."""
         lag_s = batcher.longest_clock_lag_s
         bursts: list[tuple[list[int], float]] = []
         by_target: dict[float, list[tuple[float, int]]] = {}
@@ -73,7 +74,11 @@ class ThrottllemClock:
                     best, span = total, (first, last + 1)
             if best > 0:
                 bursts.append(([t for _, t in arrivals[span[0]:span[1]]], ttft_s))
-        return ready_clock_mhz(batcher, self.projector.synced_table.clocks_mhz, bursts, self.config.ttft_headroom)
+        clocks = self.projector.synced_table.clocks_mhz
+        for burst, ttft_s in bursts:
+            self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, burst, ttft_s, self.config.ttft_headroom,
+                                                            self._ready_mhz.get(ttft_s))
+        return max((self._ready_mhz[ttft_s] for _, ttft_s in bursts), default=float(clocks[0]))
 
     def target_clock_mhz(self, now_s: float) -> float | None:
         """The lowest passing clock for the committed scoreboard (None: nothing runs)."""

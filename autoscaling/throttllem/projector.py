@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -31,6 +32,18 @@ def deadline_per_token_s(seq: Sequence) -> float:
     E2E target is explicit (the deadline is the same wherever it ends)."""
     slo = seq.request.slo
     return 0.0 if slo.e2e_s is not None else slo.tbt_s
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A running request's scoreboard fields that stay put while it decodes."""
+
+    request_id: str
+    first_token_s: float | None
+    prompt_tokens: int
+    tokens: int  # projected output (ReplicaProjector.projected_tokens)
+    deadline_s: float
+    deadline_per_token_s: float
 
 
 class ReplicaProjector:
@@ -53,6 +66,8 @@ class ReplicaProjector:
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
         self._looked_up: tuple[Projection, Lookup] | None = None
+        # The running requests' scoreboard fields at the last sync, by request id.
+        self._entries: dict[str, _Entry] = {}
 
     @property
     def headroom(self) -> float:
@@ -92,21 +107,34 @@ class ReplicaProjector:
         self.table = self.table_for(batcher.tensor_parallel, batcher.batch_limit, batcher.kv_blocks_total)
         self.kv_blocks_total = batcher.kv_blocks_total
         running = batcher.running
-        tokens = [self.projected_tokens(s) for s in running]
-        ids = [s.request_id for s in running]
+        entries = [self._entry(s) for s in running]
+        self._entries = {e.request_id: e for e in entries}
+        tokens = [e.tokens for e in entries]
+        ids = [e.request_id for e in entries]
         self.scoreboard.reset(
             ids,
             np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
-            np.array([s.request.prompt_tokens for s in running], dtype=np.int64),
+            np.array([e.prompt_tokens for e in entries], dtype=np.int64),
             np.array(tokens, dtype=np.int64),
-            np.array([self.deadline_s(s, t) for s, t in zip(running, tokens)], dtype=np.float64),
-            np.array([deadline_per_token_s(s) for s in running], dtype=np.float64),
+            np.array([e.deadline_s for e in entries], dtype=np.float64),
+            np.array([e.deadline_per_token_s for e in entries], dtype=np.float64),
             np.array([i in self._lost_ids for i in ids], dtype=bool),
         )
         self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
         if running:
             self._mark_lost(running, tokens, now_s)
         self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
+
+    def _entry(self, seq: Sequence) -> _Entry:
+        """The request's scoreboard fields, worked out again only when they can have moved: a
+        request outliving its projected length, or its first token (the mean-TBT line) coming
+        out. The rest of a step's sync is per-step arithmetic on arrays."""
+        last = self._entries.get(seq.request_id)
+        if last is not None and last.first_token_s == seq.first_token_s and seq.generated < last.tokens:
+            return last
+        tokens = self.projected_tokens(seq)
+        return _Entry(seq.request_id, seq.first_token_s, seq.request.prompt_tokens, tokens,
+                      self.deadline_s(seq, tokens), deadline_per_token_s(seq))
 
     def _mark_lost(self, running: list[Sequence], tokens: list[int], now_s: float) -> None:
         """Entries late even at max clock are lost. A mean TBT that no clock brings back is

@@ -97,19 +97,22 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
         work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)), hint_mhz)
 
 
+def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, tokens: list[int], ttft_s: float,
+                          headroom: float = 1.0, hint_mhz: float | None = None) -> float:
+    """The lowest clock the GPUs may run at so that a burst (`tokens`: the prompt tokens of
+    prompts of TTFT target `ttft_s` arriving together just after a clock forward went out)
+    still ends its prefills within `headroom` of the TTFT once the top clock it then asks
+    for lands, a whole forward period plus the lock's latency later. Below it, only a clock
+    already high saves such a burst: a raise would come too late. `hint_mhz`: the last
+    answer for this target, where the search starts."""
+    lag_s, top, due_s = batcher.longest_clock_lag_s, float(clocks_mhz[-1]), headroom * ttft_s
+    work = PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float))
+    return _lowest_fitting(clocks_mhz, lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s, hint_mhz)
+
+
 def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: list[tuple[list[int], float]],
                     headroom: float = 1.0) -> float:
-    """The lowest clock the GPUs may run at so that each burst ((prompt tokens, TTFT target
-    s) of prompts arriving together just after a clock forward went out) still ends its
-    prefills within `headroom` of the TTFT once the top clock it then asks for lands, a
-    whole forward period plus the lock's latency later. Below it, only a clock already
-    high saves such a burst: a raise would come too late."""
-    lag_s = batcher.longest_clock_lag_s
-    top = float(clocks_mhz[-1])
-
-    def saved_from(work: PrefillWork, due_s: float) -> Callable[[float], bool]:
-        return lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s
-
-    return max((_lowest_fitting(clocks_mhz, saved_from(
-        PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float)), headroom * ttft_s))
-        for tokens, ttft_s in bursts), default=float(clocks_mhz[0]))
+    """The highest of the bursts' ready clocks ((prompt tokens, TTFT target s) each:
+    burst_ready_clock_mhz); the lowest clock when there is none."""
+    return max((burst_ready_clock_mhz(batcher, clocks_mhz, tokens, ttft_s, headroom) for tokens, ttft_s in bursts),
+               default=float(clocks_mhz[0]))

@@ -234,3 +234,24 @@ def test_a_mean_tbt_no_clock_brings_back_is_given_up_not_the_request() -> None:
     assert not p.scoreboard.lost.any()
     assert p.scoreboard.deadline_s[0] == p.e2e_deadline_s(b.running[0], p.projected_tokens(b.running[0]))
     assert clock.target_clock_mhz(5.2) < b.perf.gpu.max_clock_mhz
+
+
+def test_each_sync_reads_a_request_again_once_its_first_token_is_out_or_it_outlives_its_prediction() -> None:
+    """The projector keeps a running request's scoreboard fields between syncs; they must
+    still move when the request's first token comes out (the mean-TBT line) and when it
+    outlives its predicted length (re-projected to max_tokens)."""
+    r = Request("a", 500, 400, 0.0, SLO(ttft_s=30.0, tbt_s=0.1), predicted_output_tokens=20, target_output_tokens=400)
+    b, _, clock = replica([r], generated=0)
+    p, seq = clock.projector, b.running[0]
+    seq.first_token_s = None
+    p.sync(b, 1.0)
+    e2e_line = p.scoreboard.deadline_s[0]
+    projected = int(p.scoreboard.output_tokens[0])
+    assert projected < r.max_tokens
+    seq.first_token_s, seq.generated = 1.0, 1
+    p.sync(b, 1.1)
+    assert p.scoreboard.deadline_s[0] == 1.0 + 0.1 * (projected - 1) < e2e_line
+    seq.generated = projected
+    p.sync(b, 5.0)
+    assert p.scoreboard.output_tokens[0] == r.max_tokens
+    assert p.scoreboard.deadline_s[0] == p.deadline_s(seq, r.max_tokens)
