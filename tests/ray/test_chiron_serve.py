@@ -96,9 +96,11 @@ def test_batch_api_survives_an_app_restart_and_interactive_load_scales_pools(tmp
             lowest = min(lowest, now)
             return False
 
-        under_load(send, clients=24, until=scaled_up, timeout_s=300)
+        # Judged while the load runs: once it stops, Chiron may shrink the pools at once (CI read
+        # 'DOWNSCALING' with the added replicas STOPPING when this was read again afterwards).
+        held = under_load(send, clients=24, until=scaled_up, timeout_s=300)
         assert pools == {"pool-interactive", "pool-mixed"}
-        assert serving() > lowest, f"no scale-up above {lowest} replicas under load: {served.pool_status()}"
+        assert held, f"no scale-up above {lowest} running replicas under load: {served.pool_status()}"
 
         big = client.files.create(file=("big.jsonl", _batch_file(40, 200)), purpose="batch")
         batch = client.batches.create(input_file_id=big.id, endpoint="/v1/completions", completion_window="24h")

@@ -91,7 +91,8 @@ class Stream:
     dropped: str | None = None  # the connection broke or the stream ended silently
 
 
-NODE_START_ATTEMPTS = 3
+NODE_START_ATTEMPTS = 5
+NODE_START_PAUSE_S = 15.0  # between tries: a burst of load beside it (a Serve app's replicas) may pass
 T = TypeVar("T")
 
 
@@ -99,8 +100,9 @@ def _node_started(start: Callable[[], T]) -> T:
     """`start()` (the cluster's head, or a node joining it), tried again if its raylet does
     not register in time: Ray waits a fixed 30 s for that, which a CI machine running the
     unit tier beside this one can exceed (seen for the head once in ~40 runs, then for a
-    worker). The processes of a failed try are killed; a failed node never joined the
-    cluster's list (Cluster.add_node adds it once started)."""
+    worker; three tries in a row for the head once, while test_chiron_serve's app beside it
+    was stopping a dozen replicas). The processes of a failed try are killed; a failed node
+    never joined the cluster's list (Cluster.add_node adds it once started)."""
     for attempt in range(1, NODE_START_ATTEMPTS + 1):
         before = {p.pid for p in psutil.Process().children(recursive=True)}
         try:
@@ -111,6 +113,7 @@ def _node_started(start: Callable[[], T]) -> T:
             for child in psutil.Process().children(recursive=True):
                 if child.pid not in before:
                     child.kill()
+            time.sleep(NODE_START_PAUSE_S)
     raise AssertionError("unreachable")
 
 
