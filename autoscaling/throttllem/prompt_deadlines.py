@@ -109,10 +109,3 @@ def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, to
     work = PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float))
     return _lowest_fitting(clocks_mhz, lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s, hint_mhz)
 
-
-def ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, bursts: list[tuple[list[int], float]],
-                    headroom: float = 1.0) -> float:
-    """The highest of the bursts' ready clocks ((prompt tokens, TTFT target s) each:
-    burst_ready_clock_mhz); the lowest clock when there is none."""
-    return max((burst_ready_clock_mhz(batcher, clocks_mhz, tokens, ttft_s, headroom) for tokens, ttft_s in bursts),
-               default=float(clocks_mhz[0]))

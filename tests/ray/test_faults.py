@@ -188,11 +188,17 @@ def _balanced_outcomes(counts: dict[str, int]) -> bool:
 KILL_TRIES = 3
 
 
+def _short_replicas() -> list[Any]:
+    """Handles of pool short's replica actors (ValueError: one was gone between the listing
+    and the lookup)."""
+    return [ray.get_actor(name, namespace="serve") for name in _actor_names("#pool-short#")]
+
+
 def _short_replicas_ready() -> bool:
     """Two pool-short replicas answer (Serve restores the second after a kill)."""
     try:
-        actors = [ray.get_actor(name, namespace="serve") for name in _actor_names("#pool-short#")]
-    except ValueError:  # one was gone between the listing and the lookup
+        actors = _short_replicas()
+    except ValueError:
         return False
     return sum(_pending_tokens(a.record_routing_stats.remote()) is not None for a in actors) >= 2
 
@@ -212,7 +218,7 @@ def _kill_the_busiest_short_replica_under_load(faults: LocalServe, tally: Tally)
         while tally.streaming < 6 and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert tally.streaming >= 6, tally  # streams are under way: the kill lands mid-stream
-        actors = [ray.get_actor(name, namespace="serve") for name in _actor_names("#pool-short#")]
+        actors = _short_replicas()
         pending.extend(map(_pending_tokens, [a.record_routing_stats.remote() for a in actors]))
         busiest = max(range(len(actors)), key=lambda i: pending[i] or 0.0)
         ray.kill(actors[busiest], no_restart=True)

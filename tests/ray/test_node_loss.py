@@ -37,6 +37,7 @@ import yaml
 
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import serve_run, wait_for
+from tests.local_ray import started_despite_registration_timeouts
 from wattwise.ingress_mode import DEFAULT_INGRESS
 from wattwise.local_serve import (
     SERVE_CONFIG,
@@ -103,18 +104,14 @@ def _node_started(start: Callable[[], T]) -> T:
     worker; three tries in a row for the head once, while test_chiron_serve's app beside it
     was stopping a dozen replicas). The processes of a failed try are killed; a failed node
     never joined the cluster's list (Cluster.add_node adds it once started)."""
-    for attempt in range(1, NODE_START_ATTEMPTS + 1):
-        before = {p.pid for p in psutil.Process().children(recursive=True)}
-        try:
-            return start()
-        except Exception as err:
-            if "timed out during startup" not in str(err) or attempt == NODE_START_ATTEMPTS:
-                raise
-            for child in psutil.Process().children(recursive=True):
-                if child.pid not in before:
-                    child.kill()
-            time.sleep(NODE_START_PAUSE_S)
-    raise AssertionError("unreachable")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
+
+    def kill_new_processes() -> None:
+        for child in psutil.Process().children(recursive=True):
+            if child.pid not in before:
+                child.kill()
+
+    return started_despite_registration_timeouts(start, kill_new_processes, NODE_START_ATTEMPTS, NODE_START_PAUSE_S)
 
 
 def _start_head() -> Any:  # ray.cluster_utils.Cluster, imported where Ray is wanted

@@ -3,7 +3,7 @@
 import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
-from autoscaling.throttllem.prompt_deadlines import PrefillWork, prompt_deadline_clock_mhz, ready_clock_mhz
+from autoscaling.throttllem.prompt_deadlines import PrefillWork, burst_ready_clock_mhz, prompt_deadline_clock_mhz
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from batching.step_budget import tbt_bounded_step_tokens
@@ -167,6 +167,13 @@ def test_a_raise_that_lands_late_asks_for_more_clock() -> None:
     lag_s = lagging.clock_lands_s(0.0)
     assert work.finish_s(lag_s, CLOCKS[0], late)[0] <= ttft_s
     assert work.finish_s(lag_s, CLOCKS[0], CLOCKS[int(np.searchsorted(CLOCKS, late)) - 1])[0] > ttft_s
+
+
+def ready_clock_mhz(batcher, clocks, bursts, headroom: float = 1.0) -> float:
+    """The highest of the bursts' ready clocks, the lowest clock when there is none (as
+    ThrottllemClock.ready_clock_mhz combines them)."""
+    return max((burst_ready_clock_mhz(batcher, clocks, tokens, ttft_s, headroom) for tokens, ttft_s in bursts),
+               default=float(clocks[0]))
 
 
 def test_the_ready_clock_holds_what_a_late_raise_could_not_save() -> None:
