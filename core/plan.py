@@ -32,6 +32,11 @@ class ClusterPlan:
     # Pools an operator drained (POST /admin/drain): the ingress routes them no new
     # requests. Layered in by the plan store, so every ingress replica sees the same.
     drained: dict[str, bool] = field(default_factory=dict)
+    # Deployment -> its replicas running when the plan went out, as Serve's controller counts
+    # them: the ingress sends a request overflowing its pool only to a pool with one running
+    # (asking Serve's status per request costs the ingress ~0.3 s of CPU a call). Set by the
+    # Serve runtime, not by policies.
+    running_replicas: dict[str, int] = field(default_factory=dict)
     reason: str = ""
 
     def queue_in_flight(self, floor: int) -> int:
@@ -52,5 +57,6 @@ class ClusterPlan:
             batch_in_flight={**self.batch_in_flight, **other.batch_in_flight},
             serving={**self.serving, **other.serving},
             drained={**self.drained, **other.drained},
+            running_replicas={**self.running_replicas, **other.running_replicas},
             reason="; ".join(r for r in (self.reason, other.reason) if r),
         )

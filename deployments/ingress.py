@@ -56,7 +56,6 @@ from prediction.predictor_factory import make_predictor
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"
 POOL_FULL = "pool_full"
-REPLICA_COUNTS_MAX_AGE_S = 2.0  # the pools' running replicas, read from Serve's status, are reused this long
 
 # Follows the controller's plan forever, calling its argument with each new plan
 # (deployments.plan_store.follow_plan for the ingress's app).
@@ -147,8 +146,6 @@ class Ingress:
         self.pools = pools  # every pool's deployments, shadow-TP ones included
         self.metrics = self.state.metrics
         self.prompts = prompt_tokenizer(config)
-        self._replica_counts: tuple[float, dict[str, int]] = (0.0, {})
-        self._counting: asyncio.Task | None = None  # a refresh of _replica_counts under way
         self.classifier = Classifier(config.lengths, config.services, config.pool_of_class())
         self.predictor = make_predictor(config.predictor, config.lengths, config.prior_output_tokens)
         # In Serve, limits hold across ingress replicas (deployments.rate_ledger); here, in-process.
@@ -200,7 +197,7 @@ class Ingress:
                     request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
-            attempts = await self._attempts(request.service_class, pool)
+            attempts = self._attempts(request.service_class, pool)
             self.metrics.accepted(route)
             try:
                 for i, attempt in enumerate(attempts):
@@ -268,13 +265,13 @@ class Ingress:
             self.metrics.served(request.service_class, report["e2e_s"], report["slo_met"], resumption.resumed)
         return report
 
-    async def _attempts(self, service_class: str, pool: str) -> list[Attempt]:
+    def _attempts(self, service_class: str, pool: str) -> list[Attempt]:
         """Pools to try in order, none drained. With length pools, an interactive request
         whose pool is backed up tries the other serving pools with a replica running
         (app.pool_overflow); with Chiron's kinds, the kind's pool and then mixed."""
         drained = self.state.drained
         if self.config.pool_of_kind(ReplicaKind.MIXED) is not None:
-            kinds = [p for p in await self._candidates(service_class, pool) if p not in drained]
+            kinds = [p for p in self._candidates(service_class, pool) if p not in drained]
             return [Attempt(p, None) for p in kinds or [pool]]
         if self.phase_split is not None:
             return [Attempt(pool, None)]
@@ -283,20 +280,11 @@ class Ingress:
         attempts = overflow_attempts(pool, service_class, serving, self.config.pool_overflow)
         if len(attempts) == 1:
             return attempts
-        running = self._running_replicas_now()
+        # An overflow target must have a replica running (one not counted yet is taken as running).
         return [a for a in attempts
-                if a.refuse_above_pending_tokens is None or running.get(self.state.deployment(a.pool), 1) > 0]
+                if a.refuse_above_pending_tokens is None or self.state.running_replicas_of(a.pool) != 0]
 
-    def _running_replicas_now(self) -> dict[str, int]:
-        """The replica counts last read (a pool not read yet counts as running), refreshed in
-        the background when stale: an interactive request never waits on Serve's status (the
-        demo's live SLO fell from 99.6% to 85% while requests awaited it)."""
-        at, counts = self._replica_counts
-        if time.monotonic() - at > REPLICA_COUNTS_MAX_AGE_S and (self._counting is None or self._counting.done()):
-            self._counting = asyncio.get_running_loop().create_task(self._running_replicas())
-        return counts
-
-    async def _candidates(self, service_class: str, pool: str) -> list[str]:
+    def _candidates(self, service_class: str, pool: str) -> list[str]:
         """Pools to try in order. With Chiron's replica kinds: interactive requests go to
         the interactive pool, then mixed; batch ones to batch replicas if any run, then mixed."""
         mixed = self.config.pool_of_kind(ReplicaKind.MIXED)
@@ -304,18 +292,9 @@ class Ingress:
             return [pool]
         if service_class == "batch":
             batch = self.config.pool_of_kind(ReplicaKind.BATCH)
-            running = await self._running_replicas()
-            return [batch, mixed] if batch and running.get(self.state.deployment(batch), 0) > 0 else [mixed]
+            return [batch, mixed] if batch and (self.state.running_replicas_of(batch) or 0) > 0 else [mixed]
         interactive = self.config.pool_of_kind(ReplicaKind.INTERACTIVE)
         return [interactive, mixed] if interactive else [mixed]
-
-    async def _running_replicas(self) -> dict[str, int]:
-        at, counts = self._replica_counts
-        if time.monotonic() - at > REPLICA_COUNTS_MAX_AGE_S:
-            status = await asyncio.to_thread(self.state.pools_status)
-            counts = {name: info["replicas"].get("RUNNING", 0) for name, info in status.items()}
-            self._replica_counts = (time.monotonic(), counts)
-        return counts
 
     async def run_batch_request(self, body: dict[str, Any], deadline_s: float) -> tuple[bool, dict[str, Any]]:
         """One line of a Batch API file, served as a batch-class completion (called by the
@@ -333,7 +312,7 @@ class Ingress:
             if parsed.model != self.config.model_name:
                 raise APIError(404, f"The model '{parsed.model}' does not exist.", code="model_not_found")
             request, pool = self._classify(parsed, prompt_of(parsed), "batch-api", "batch", time.time())
-            candidates = await self._candidates("batch", pool)
+            candidates = self._candidates("batch", pool)
             for i, pool in enumerate(candidates):
                 try:
                     return True, await self._respond(parsed, request, pool, render, route)

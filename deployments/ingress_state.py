@@ -10,18 +10,19 @@ object, not on each other or on the Ingress class.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from fastapi import Request as HTTPRequest
 from pydantic import BaseModel, ValidationError
-from ray import serve
 from ray.serve.handle import DeploymentHandle
 
 from app.auth import Authenticator, Tenant
 from app.config import AdminKey, AppConfig, PoolConfig
 from app.openai_api import APIError, invalid_request
 from core.plan import ClusterPlan
+from deployments.admin import app_details
 from deployments.metrics import IngressMetrics
 from deployments.phase_split import PhaseSplit
 
@@ -30,15 +31,20 @@ Body = TypeVar("Body", bound=BaseModel)
 
 
 def serve_pool_status(app_name: str, pools: set[str]) -> dict[str, Any]:
-    """Status (Serve's DeploymentStatus value, e.g. "HEALTHY") and replica counts per pool
-    deployment as Serve reports them."""
-    status = serve.status().applications[app_name]
+    """Status (Serve's DeploymentStatus value, e.g. "HEALTHY") and replica counts by state per
+    pool deployment as Serve reports them (deployments.admin.app_details)."""
+    deployments = app_details(app_name).get("deployments", {})
     return {
-        name: {"status": getattr(dep.status, "value", str(dep.status)),
-               "replicas": {str(getattr(k, "value", k)): n for k, n in dep.replica_states.items()}}
-        for name, dep in status.deployments.items()
+        name: {"status": _value(dep["status"]),
+               "replicas": dict(Counter(_value(r["state"]) for r in dep.get("replicas", [])))}
+        for name, dep in deployments.items()
         if name in pools
     }
+
+
+def _value(enum_or_str: Any) -> str:
+    """Serve's details carry its status enums as members or, once serialised, as strings."""
+    return str(getattr(enum_or_str, "value", enum_or_str))
 
 
 class IngressState:
@@ -57,12 +63,21 @@ class IngressState:
         # (from the plan; a pool absent here is served by its own deployment).
         self.serving: dict[str, str] = {}
         self.drained: set[str] = set()  # pools taking no new requests (POST /admin/drain, from the plan)
+        # Deployment -> replicas running, as the controller counted them for its last plan.
+        self.running_replicas: dict[str, int] = {}
         self._pool_status = pool_status
 
     def apply_plan(self, plan: ClusterPlan) -> None:
-        """Serving deployments (shadow TP changes) and drained pools from the controller's plan."""
+        """Serving deployments (shadow TP changes), drained pools and running replicas from
+        the controller's plan."""
         self.serving = {pool: dep for pool, dep in plan.serving.items() if dep in self.pools}
         self.drained = {pool for pool, on in plan.drained.items() if on and pool in self.pools}
+        self.running_replicas = dict(plan.running_replicas)
+
+    def running_replicas_of(self, pool: str) -> int | None:
+        """The replicas of the deployment serving `pool` running at the last plan; None
+        before the controller counted them."""
+        return self.running_replicas.get(self.deployment(pool))
 
     def deployment(self, pool: str) -> str:
         """The deployment taking `pool`'s requests now (its own unless a shadow took over)."""

@@ -304,7 +304,8 @@ class AppAutoscalingPolicy:
             metrics = self._metrics_of(app_name)
             if metrics is not None:
                 metrics.rollout(event)
-        published = rollouts.published(plan, decision)
+        published = replace(rollouts.published(plan, decision), running_replicas={
+            name: d.current_replicas for name, d in physical.deployments.items()})
         self._publish(published, app_name, now)
         previous = {dep_id.name: ctx.target_num_replicas for dep_id, ctx in ctxs.items()}
         targets = self.handover.hold({name: published.replicas.get(name, n) for name, n in previous.items()},

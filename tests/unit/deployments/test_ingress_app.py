@@ -17,6 +17,7 @@ from fastapi.testclient import TestClient
 
 from app.config import AppConfig, hash_key
 from core.paths import SERVE_CONFIG
+from core.plan import ClusterPlan
 from deployments.ingress import Ingress, pool_ready
 from deployments.ingress_state import IngressState
 from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
@@ -161,7 +162,8 @@ class _BackedUp:
 
 def test_a_backed_up_pool_overflows_to_another_serving_pool_in_order(client: TestClient, ingress: Ingress) -> None:
     """app.pool_overflow through the ingress: the short pool's replica refuses, the next
-    serving pool serves; with no plan's routing yet (no pool known to serve), no overflow."""
+    serving pool with a replica running serves; with no plan's routing yet (no pool known to
+    serve), no overflow."""
     short = ingress.pools["pool-short"]
     backed_up = _BackedUp(short.target)  # type: ignore[attr-defined]
     ingress.pools["pool-short"] = _Handle(backed_up)  # type: ignore[assignment]
@@ -174,11 +176,17 @@ def test_a_backed_up_pool_overflows_to_another_serving_pool_in_order(client: Tes
         ingress.router.set_weights(own)
         r = client.post("/v1/completions", headers=_auth(), json=body)
         assert r.status_code == 200, r.text
-        order = [p.deployment_name for p in ingress.config.pools]
-        assert r.json()["wattwise"]["pool"] == next(p for p in order if p != "pool-short")
+        others = [p.deployment_name for p in ingress.config.pools if p.deployment_name != "pool-short"]
+        assert r.json()["wattwise"]["pool"] == others[0]
         assert backed_up.limits[1:] == [ingress.config.pool_overflow.backed_up_tokens]
+        # The controller's plan counts no replica running in that pool (folded, or starting):
+        # the request overflows past it to the one after.
+        ingress.apply_plan(ClusterPlan(routing_weights=own, running_replicas={others[0]: 0}))
+        r = client.post("/v1/completions", headers=_auth(), json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["wattwise"]["pool"] == others[1]
     finally:
-        ingress.router.set_weights({})
+        ingress.apply_plan(ClusterPlan())
 
 
 def test_replica_messages_pickle() -> None:
