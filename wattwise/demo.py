@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import time
 from collections import defaultdict
@@ -67,6 +68,9 @@ async def _one(client: openai.AsyncOpenAI, start: float, arrival: float, prompt:
 ENERGY_METRIC = "ray_wattwise_energy_joules"  # per replica, since its start, idle included
 SAMPLE_S = 2.0
 METRICS_LAG_S = 12.0
+# The serving stack's share of the machine's cores above which the demo says its latency
+# waited on the CPU.
+BUSY_MACHINE_SHARE = 0.7
 
 
 @dataclass
@@ -96,6 +100,30 @@ async def _sample_fleet(served: LocalServe, start: float, samples: list[FleetSam
         except Exception as exc:  # keep sampling through a slow tick; the replay matters more
             print(f"fleet sample failed: {exc}", file=sys.stderr)
         await asyncio.sleep(SAMPLE_S)
+
+
+@dataclass(frozen=True)
+class StackCpu:
+    """CPU the serving stack's processes used over the replay, by process name: on a machine
+    it saturates, the live app's latency includes waiting for a core, which the simulator's
+    replicas never do."""
+
+    wall_s: float
+    cores: int
+    by_process_s: dict[str, float]
+
+    @classmethod
+    def between(cls, before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]],
+                wall_s: float) -> StackCpu:
+        """From two `LocalServe.cpu_s` readings: per pid, a process started since counts from 0."""
+        used: dict[str, float] = defaultdict(float)
+        for pid, (name, cpu_s) in after.items():
+            used[name] += cpu_s - (before[pid][1] if pid in before else 0.0)
+        return cls(wall_s, os.cpu_count() or 1, dict(used))
+
+    @property
+    def machine_share(self) -> float:
+        return sum(self.by_process_s.values()) / (self.wall_s * self.cores)
 
 
 def fleet_energy_j(samples: list[FleetSample]) -> float:
@@ -136,7 +164,7 @@ async def replay(served: LocalServe, trace: str, start_s: float, duration_s: flo
     return list(outcomes), samples
 
 
-def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
+def summarise(outcomes: list[Outcome], samples: list[FleetSample], cpu: StackCpu) -> dict:
     ok = [o for o in outcomes if o.status == "ok" and o.report]
     reports = [o.report for o in ok if o.report]
     errors: dict[str, int] = defaultdict(int)
@@ -166,6 +194,9 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample]) -> dict:
         "gpu_hours": gpu_hours(samples),
         "peak_replicas_per_pool": dict(peak),
         "final_replicas_per_pool": samples[-1].replicas if samples else {},
+        "serving_cpu_s": sum(cpu.by_process_s.values()),
+        "serving_cpu_machine_share": cpu.machine_share,
+        "serving_cpu_s_by_process": dict(sorted(cpu.by_process_s.items(), key=lambda kv: -kv[1])),
     }
 
 
@@ -239,6 +270,12 @@ def print_summary(summary: dict, sim: dict[str, dict]) -> None:
           f"{1 - ours['gpu_hours'] / base['gpu_hours']:.0%} GPU-hours; live / simulated J/token "
           f"{summary['j_per_token'] / ours['j_per_token']:.2f}")
     print(f"(attributed to requests, idle excluded: {summary['attributed_j_per_token']:.2f} J/token)")
+    heaviest = list(summary["serving_cpu_s_by_process"].items())[:4]
+    top = ", ".join(f"{name.rpartition(':')[2]} {s:.0f} s" for name, s in heaviest)
+    print(f"serving stack's CPU over the replay: {summary['serving_cpu_s']:.0f} s, "
+          f"{summary['serving_cpu_machine_share']:.0%} of this machine ({top})")
+    if summary["serving_cpu_machine_share"] > BUSY_MACHINE_SHARE:
+        print("  a busy CPU delays the live app's tokens (its SLO column); the simulator's replicas never wait for one")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,10 +290,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     print("starting a local Ray cluster and the app from serve_config.yaml ...", file=sys.stderr)
     with LocalServe(log=args.out / "serve.log") as served:
+        cpu_before, started = served.cpu_s(), time.monotonic()
         outcomes, samples = asyncio.run(
             replay(served, args.trace, args.start_s, args.duration_s, args.stream_fraction, args.seed)
         )
-    summary = summarise(outcomes, samples)
+        cpu = StackCpu.between(cpu_before, served.cpu_s(), time.monotonic() - started)
+    summary = summarise(outcomes, samples, cpu)
     print("simulating the same window (wattwise and SinglePool) ...", file=sys.stderr)
     sim = simulated(args.trace, args.start_s, args.duration_s)
     print_summary(summary, sim)

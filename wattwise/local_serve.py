@@ -393,6 +393,16 @@ class LocalServe:
                 series[labels] = float(value)
         return series
 
+    def cpu_s(self) -> dict[int, tuple[str, float]]:
+        """CPU seconds each of this cluster's running processes has used so far, by pid, with
+        its name (Ray titles a worker after its actor: ray::ServeReplica:<app>:<deployment>)."""
+        used = {}
+        for proc in _running_in_session(self._session) if self._session is not None else []:
+            with contextlib.suppress(psutil.Error):
+                times, command = proc.cpu_times(), proc.cmdline()
+                used[proc.pid] = (Path(command[0].strip()).name if command else proc.name(), times.user + times.system)
+        return used
+
     def _all_pools_running(self) -> bool:
         """Every pool deployment has reached its target (which may be zero replicas)."""
         try:
