@@ -122,8 +122,12 @@ class StackCpu:
         return cls(wall_s, os.cpu_count() or 1, dict(used))
 
     @property
+    def total_s(self) -> float:
+        return sum(self.by_process_s.values())
+
+    @property
     def machine_share(self) -> float:
-        return sum(self.by_process_s.values()) / (self.wall_s * self.cores)
+        return self.total_s / (self.wall_s * self.cores)
 
 
 def fleet_energy_j(samples: list[FleetSample]) -> float:
@@ -194,7 +198,7 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample], cpu: StackCpu
         "gpu_hours": gpu_hours(samples),
         "peak_replicas_per_pool": dict(peak),
         "final_replicas_per_pool": samples[-1].replicas if samples else {},
-        "serving_cpu_s": sum(cpu.by_process_s.values()),
+        "serving_cpu_s": cpu.total_s,
         "serving_cpu_machine_share": cpu.machine_share,
         "serving_cpu_s_by_process": dict(sorted(cpu.by_process_s.items(), key=lambda kv: -kv[1])),
     }

@@ -396,8 +396,10 @@ class LocalServe:
     def cpu_s(self) -> dict[int, tuple[str, float]]:
         """CPU seconds each of this cluster's running processes has used so far, by pid, with
         its name (Ray titles a worker after its actor: ray::ServeReplica:<app>:<deployment>)."""
-        used = {}
-        for proc in _running_in_session(self._session) if self._session is not None else []:
+        used: dict[int, tuple[str, float]] = {}
+        if self._session is None:  # not started
+            return used
+        for proc in _running_in_session(self._session):
             with contextlib.suppress(psutil.Error):
                 times, command = proc.cpu_times(), proc.cmdline()
                 used[proc.pid] = (Path(command[0].strip()).name if command else proc.name(), times.user + times.system)

@@ -70,7 +70,6 @@ def test_an_unchanged_plan_is_republished_every_few_seconds() -> None:
     assert policy.plan_version == 1  # the same plan, not a new one
 
 
-
 def test_the_plan_counts_each_deployments_running_replicas_and_a_new_count_goes_out_at_once() -> None:
     """The ingress overflows only into a pool with a replica running, read from the plan (the
     controller counts them every tick) rather than from Serve's status per request."""
@@ -81,6 +80,7 @@ def test_the_plan_counts_each_deployments_running_replicas_and_a_new_count_goes_
         policy(by_deployment(_ctx(running, busy, now)))
     published = [args[0]["running_replicas"] for name, args in store.log if name == "publish"]
     assert published == [{"pool-a": 2}, {"pool-a": 3}]  # the same count is not sent again
+
 
 class _DeadStore(_FakeStore):
     """A store Ray gave up restarting: every call fails with ActorDiedError."""
