@@ -21,7 +21,7 @@ from core.roles import Phase, ReplicaKind
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
-from engines.sim_engine import SimEngineConfig
+from engines.sim_engine_config import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
 from prediction.predictor_config import PredictorConfig
 

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.splitwise.config import MachineConfig, SplitwiseConfig
 from core.roles import Phase
-from engines.sim_engine import SimEngineConfig
+from engines.sim_engine_config import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
 
 

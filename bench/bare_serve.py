@@ -25,7 +25,8 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from core.request import Request
 from core.slo import SLO
 from engines.child_reaper import new_children, watch_children
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 
 api = FastAPI()
 

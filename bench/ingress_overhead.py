@@ -31,7 +31,8 @@ import openai
 
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 from wattwise.ingress_mode import IngressMode
 from wattwise.local_serve import LocalServe
 

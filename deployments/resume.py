@@ -20,7 +20,7 @@ from ray.exceptions import RayError, TaskCancelledError
 
 from core.request import Request
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
-from engines.sim_engine import RESUME_OFFSET_KEY
+from engines.protocol import RESUME_OFFSET_KEY
 
 
 class StreamBroken(Exception):

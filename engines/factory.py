@@ -12,7 +12,7 @@ from pydantic import BeforeValidator, Discriminator, Tag, TypeAdapter
 
 from energy.hardware import MODELS
 from engines.protocol import Engine
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine_config import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
 
 
@@ -57,9 +57,14 @@ def context_tokens(config: SimEngineConfig | VllmEngineConfig) -> int:
 
 
 def make_engine(data: dict[str, Any]) -> Engine:
+    """The engine a replica runs. Each engine's module is imported here, by the replica that
+    builds one: the config's readers (the app's config in every process) need neither vLLM
+    nor the sim engine's batcher and throttLL'eM model (scikit-learn, ~2 s of CPU a start)."""
     config = parse_engine_config(data)
     if isinstance(config, VllmEngineConfig):
         from engines.vllm_engine import VllmEngine
 
         return VllmEngine(config)
+    from engines.sim_engine import SimEngine
+
     return SimEngine(config)

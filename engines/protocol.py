@@ -9,6 +9,10 @@ from typing import Protocol
 from core.request import Request
 from core.stats import ReplicaStats
 
+# Request metadata: the continuation of a request another replica started (deployments.
+# resume) begins at this output token, so an engine's deterministic text (the sim engine's)
+# goes on where it stopped.
+RESUME_OFFSET_KEY = "resume_offset_tokens"
 
 class TensorParallelChangeUnsupported(RuntimeError):
     """The engine cannot re-shard in place (vLLM): its pool changes TP by shadow

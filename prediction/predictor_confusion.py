@@ -9,9 +9,10 @@ from functools import lru_cache
 import numpy as np
 
 from core.classes import LengthClassConfig
+from core.disk_cache import cached_pickle
 from prediction.length_buckets import LengthBuckets
 from prediction.predictor_config import PredictorConfig
-from prediction.predictor_factory import make_bucket_predictor
+from prediction.trained_predictor_key import trained_predictor_key
 
 
 @dataclass(frozen=True)
@@ -36,5 +37,15 @@ class PredictorError:
 
 @lru_cache(maxsize=1)
 def default_predictor_error() -> PredictorError:
-    predictor = make_bucket_predictor(PredictorConfig(online_sample_rate=0.0), LengthClassConfig())
+    """Kept on disk apart from the predictor: the processes that need only these counts (every
+    pool replica, Serve's controller) then never import scikit-learn to read a trained model."""
+    config, lengths = PredictorConfig(online_sample_rate=0.0), LengthClassConfig()
+    return cached_pickle(f"predictor-error-{trained_predictor_key(config, lengths)}.pkl",
+                         lambda: _measured_error(config, lengths))
+
+
+def _measured_error(config: PredictorConfig, lengths: LengthClassConfig) -> PredictorError:
+    from prediction.predictor_factory import make_bucket_predictor  # scikit-learn: only on a cache miss
+
+    predictor = make_bucket_predictor(config, lengths)
     return PredictorError(predictor.buckets, predictor.errors.confusion())

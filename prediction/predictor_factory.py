@@ -5,30 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import sklearn
-
 from core.classes import LengthClassConfig
-from core.disk_cache import cached_pickle, fingerprint
-from prediction import (
-    hashed_bucket_model,
-    length_buckets,
-    length_predictor,
-    prediction_error,
-    prompt_cues,
-    prompt_data,
-    prompt_features,
-)
+from core.disk_cache import cached_pickle
 from prediction.hashed_bucket_model import HashedBucketModel
 from prediction.length_buckets import LengthBuckets
 from prediction.length_predictor import BucketLengthPredictor
 from prediction.predict import BucketMedianPredictor, OutputLengthPredictor
 from prediction.predictor_config import PredictorConfig
-from prediction.prompt_data import PROMPTS_FILE, load_pairs, split_three_way
+from prediction.prompt_data import load_pairs, split_three_way
+from prediction.trained_predictor_key import trained_predictor_key, training_data
 from prediction.transformer_bucket_model import TransformerBucketModel
-
-# What a trained predictor is a function of besides its config and data: the code that builds it.
-_TRAINING_CODE = (hashed_bucket_model, prompt_features, prompt_cues, prompt_data, length_buckets, length_predictor,
-                  prediction_error)
 
 
 def make_predictor(config: PredictorConfig, lengths: LengthClassConfig, prior_tokens: int) -> OutputLengthPredictor:
@@ -42,13 +28,12 @@ def make_bucket_predictor(config: PredictorConfig, lengths: LengthClassConfig) -
     if config.kind == "bucket_median":
         raise ValueError("predictor kind 'bucket_median' has no bucket model")
     buckets = config.length_buckets(lengths)
-    data = Path(config.data_path) if config.data_path else PROMPTS_FILE
+    data = training_data(config)
     if config.kind == "transformer":
         return _build(config, buckets, data)
     # Trained the same way in every process (fixed data, seed and code): each ingress replica
     # of a machine after the first loads it (~2 s of CPU less per replica start).
-    key = fingerprint((config, buckets), modules=_TRAINING_CODE, files=(data,))
-    return cached_pickle(f"predictor-{config.kind}-sklearn{sklearn.__version__}-{key}.pkl",
+    return cached_pickle(f"predictor-{trained_predictor_key(config, lengths)}.pkl",
                          lambda: _build(config, buckets, data))
 
 

@@ -9,10 +9,12 @@ exact clock. Clock search then costs a gather and a cumulative sum per probe.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from autoscaling.throttllem.ml_perf_model import IpsModel
+if TYPE_CHECKING:  # a table is built from M once per machine (replica_policies), then read without it
+    from autoscaling.throttllem.ml_perf_model import IpsModel
 
 
 @dataclass(frozen=True)

@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-import sklearn
 from sklearn.ensemble import HistGradientBoostingRegressor
 from sklearn.linear_model import LinearRegression
 from sklearn.metrics import mean_absolute_error, mean_absolute_percentage_error, r2_score
 
-from autoscaling.throttllem import ips_profiling
+from autoscaling.throttllem.ips_model_key import ips_model_key
 from autoscaling.throttllem.ips_profiling import IpsSamples, profile_ips
-from batching import continuous_batcher
-from core.disk_cache import cached_pickle, fingerprint
+from core.disk_cache import cached_pickle
 from energy.calibration import default_perf_model
 
 # Feature order: tp, batch, kv_blocks, clock_mhz (IpsSamples.features).
@@ -100,10 +98,7 @@ def default_ips_model(model: str = "llama2-70b", hardware: str = "h100-80gb", pr
     """M for the built-in model, fitted once per machine: every replica of a Serve app
     needs it at start, and profiling plus the fit take ~10 s of a CPU (~30 s on a busy one,
     which starved running replicas while the demo scaled up). The cache file is keyed by
-    what the samples are a function of (the perf model's parameters and the code that runs
-    the sweep: the profiler and the batcher it drives) and the scikit-learn version, so a hit
-    skips the profile and is never stale."""
-    perf = default_perf_model(model, hardware, profile)
-    key = fingerprint((perf.gpu, perf.model, perf.fits, perf.decode_power), modules=(ips_profiling, continuous_batcher))
-    return cached_pickle(f"ips-model-{model}-{hardware}-sklearn{sklearn.__version__}-{key}.pkl",
+    what the samples and the fit are a function of (autoscaling.throttllem.ips_model_key), so
+    a hit skips the profile and is never stale."""
+    return cached_pickle(f"ips-model-{ips_model_key(model, hardware, profile)}.pkl",
                          lambda: IpsModel().fit(default_profile(model, hardware, profile)))

@@ -1,21 +1,24 @@
 """Build one replica's admission and clock policies around a shared projector.
 
 The same factory serves the simulator (one call per simulated replica) and the
-real-time sim engine in Ray Serve. M is trained once per process and tabulated once
-per (TP, batch limit, KV capacity).
+real-time sim engine in Ray Serve. M is trained once per machine and tabulated once
+per (TP, batch limit, KV capacity), and the tables are kept on disk: a replica whose
+tables are there reads them without fitting or importing M (scikit-learn, ~2 s of CPU).
 """
 
 from __future__ import annotations
 
 from functools import lru_cache
 
+from autoscaling.throttllem import ips_table as ips_table_module
 from autoscaling.throttllem.admission import ThrottllemAdmission
 from autoscaling.throttllem.clock import ThrottllemClock
 from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.ips_model_key import ips_model_key
 from autoscaling.throttllem.ips_table import IpsTable
-from autoscaling.throttllem.ml_perf_model import default_ips_model
 from autoscaling.throttllem.projector import ReplicaProjector
 from batching.continuous_batcher import BatcherConfig
+from core.disk_cache import cached_pickle, fingerprint
 from energy.calibration import default_perf_model
 from energy.perf_model import PerfModel
 
@@ -24,8 +27,16 @@ from energy.perf_model import PerfModel
 def ips_table(model: str, hardware: str, profile: str | None, tp: int, batch_max: int, kv_blocks_max: int,
               batch_levels: int, kv_levels: int) -> IpsTable:
     clocks = default_perf_model(model, hardware, profile).gpu.supported_clocks_mhz()
-    return IpsTable(default_ips_model(model, hardware, profile), tp, clocks, batch_max, kv_blocks_max, batch_levels,
-                    kv_levels)
+    grid = (tp, tuple(clocks), batch_max, kv_blocks_max, batch_levels, kv_levels)
+    key = f"{ips_model_key(model, hardware, profile)}-{fingerprint(grid, modules=(ips_table_module,))}"
+
+    def tabulate() -> IpsTable:
+        from autoscaling.throttllem.ml_perf_model import default_ips_model  # scikit-learn: only on a miss
+
+        return IpsTable(default_ips_model(model, hardware, profile), tp, clocks, batch_max, kv_blocks_max,
+                        batch_levels, kv_levels)
+
+    return cached_pickle(f"ips-table-{key}.pkl", tabulate)
 
 
 def replica_policies(

@@ -37,7 +37,8 @@ from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.profile_builder import build_profile
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 from sim.config import SimConfig
 from sim.scenario import build
 from sim.simulator import Simulator

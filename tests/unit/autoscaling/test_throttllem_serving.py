@@ -7,7 +7,8 @@ import numpy as np
 from autoscaling.throttllem.config import ThrottllemConfig
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 from sim.config import SimConfig
 from sim.run import simulate
 from sim.workload import synthetic

@@ -26,12 +26,9 @@ from deployments.resume import (
 )
 from deployments.serve_adapter import AppAutoscalingPolicy
 from energy.calibration import default_perf_model
-from engines.sim_engine import (
-    RESUME_OFFSET_KEY,
-    SimEngine,
-    SimEngineConfig,
-    placeholder_text,
-)
+from engines.protocol import RESUME_OFFSET_KEY
+from engines.sim_engine import SimEngine, placeholder_text
+from engines.sim_engine_config import SimEngineConfig
 from tests.factories import autoscaling_context, by_deployment
 
 

@@ -21,7 +21,8 @@ from deployments.gateway import Gateway
 from deployments.ingress import Ingress
 from deployments.ingress_state import IngressState
 from deployments.replica import LLMReplica, ReplicaIdentity
-from engines.sim_engine import SimEngine, SimEngineConfig, placeholder_text
+from engines.sim_engine import SimEngine, placeholder_text
+from engines.sim_engine_config import SimEngineConfig
 from tests.unit.deployments.test_ingress_app import MODEL, _auth, _config, _Handle, _healthy
 
 

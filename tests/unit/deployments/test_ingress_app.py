@@ -23,7 +23,8 @@ from deployments.ingress_state import IngressState
 from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
 from deployments.replica import LLMReplica, ReplicaIdentity
 from engines.protocol import RequestUsage
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 
 KEY, ADMIN_KEY = "sk-unit-tenant", "sk-unit-admin"
 MODEL = "llama2-70b-sim"

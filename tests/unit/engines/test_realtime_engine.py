@@ -5,7 +5,8 @@ import time
 
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 
 
 def _req(rid: str, prompt: int, out: int) -> Request:

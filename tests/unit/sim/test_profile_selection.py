@@ -10,7 +10,8 @@ from app.config import AppConfig, PoolConfig
 from autoscaling.throttllem.config import ThrottllemConfig
 from energy.calibration import default_perf_model
 from energy.profiles import PROFILE_NAMES
-from engines.sim_engine import SimEngine, SimEngineConfig
+from engines.sim_engine import SimEngine
+from engines.sim_engine_config import SimEngineConfig
 from sim.cli import main
 from sim.config import SimConfig
 from sim.run import simulate
