@@ -120,7 +120,7 @@ def served_with_driver(config_path: Path, edit: Callable[[dict[str, Any]], None]
     cluster as a driver, for in_replica."""
     import ray
 
-    with LocalServe(config_path, edit=edit) as local:
+    with LocalServe(config_path, edit=edit, dashboard=False) as local:
         ray.init(address=f"127.0.0.1:{local.gcs_port}", log_to_driver=False)
         try:
             yield local

@@ -290,10 +290,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stream-fraction", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", type=Path, default=Path("out/demo"))
+    parser.add_argument("--dashboard", action="store_true",
+                        help="run Ray's dashboard beside the replay (off by default: on a small machine its CPU is "
+                             "the live app's)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     print("starting a local Ray cluster and the app from serve_config.yaml ...", file=sys.stderr)
-    with LocalServe(log=args.out / "serve.log") as served:
+    with LocalServe(log=args.out / "serve.log", dashboard=args.dashboard) as served:
+        if args.dashboard:
+            print(f"Ray's dashboard: http://127.0.0.1:{served.dashboard_port}", file=sys.stderr)
         cpu_before, started = served.cpu_s(), time.monotonic()
         outcomes, samples = asyncio.run(
             replay(served, args.trace, args.start_s, args.duration_s, args.stream_fraction, args.seed)

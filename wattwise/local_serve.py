@@ -139,7 +139,10 @@ class LocalServe:
 
     `edit` receives the parsed serve config and may change it (ports are set here). The
     app gets one more admin key, random per run (`admin_key`), for /admin/* calls here.
-    `ingress` picks how HTTP reaches the ingress replicas (wattwise/ingress_mode.py)."""
+    `ingress` picks how HTTP reaches the ingress replicas (wattwise/ingress_mode.py).
+    `dashboard=False` starts Ray without its dashboard (the UI, and Serve's REST API behind
+    `url()` under direct ingress and the check that reports a failed deploy at once): tests
+    do, since it costs ~20 s of CPU per start and ~5 s a minute after (on a 2-core machine)."""
 
     def __init__(
         self,
@@ -149,11 +152,13 @@ class LocalServe:
         log: Path | None = None,
         env: dict[str, str] | None = None,
         ingress: IngressMode = DEFAULT_INGRESS,
+        dashboard: bool = True,
     ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="wattwise-"))
         self._session: int | None = None  # the cluster's session id, once `ray start` ran
         self.ray_session_dir: Path | None = None  # its logs, once `ray start` ran
         self.ingress = ingress
+        self.dashboard = dashboard
         self.num_cpus = num_cpus
         self.log_path = log or self.workdir / "serve.log"
         self.spans_path = self.workdir / "spans.jsonl"
@@ -206,6 +211,9 @@ class LocalServe:
         prefix = route_prefix.rstrip("/")
         if self.ingress is not IngressMode.DIRECT:
             return self.base_url + prefix
+        if not self.dashboard:
+            raise RuntimeError("under direct ingress, url() reads Serve's target groups from the dashboard: "
+                               "start the cluster with dashboard=True")
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             details = httpx.get(f"http://127.0.0.1:{self.dashboard_port}/api/serve/applications/", timeout=30)
@@ -294,7 +302,8 @@ class LocalServe:
                 [_bin("ray"), "start", "--head", f"--port={self.gcs_port}", f"--num-cpus={self.num_cpus}",
                  f"--metrics-export-port={self.metrics_port}", "--dashboard-host=127.0.0.1",
                  f"--dashboard-port={self.dashboard_port}", f"--ray-client-server-port={self._client_port}",
-                 f"--dashboard-agent-listen-port={self._agent_port}", "--disable-usage-stats"],
+                 f"--dashboard-agent-listen-port={self._agent_port}", "--disable-usage-stats",
+                 f"--include-dashboard={str(self.dashboard).lower()}"],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         self._session = head.pid
         try:
@@ -312,7 +321,9 @@ class LocalServe:
                 if taken := self._ports_taken_by_others():
                     raise PortTaken(f"ports were taken by other processes before this cluster bound: {taken}")
                 time.sleep(1)
-            raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}")
+            raise TimeoutError(f"app not healthy after {timeout_s} s; see {self.log_path}"
+                               + ("" if self.dashboard else " and, for a failed deploy, Serve's controller log "
+                                  f"({self.ray_session_dir}/logs/serve/controller_*.log)"))
         except BaseException:
             self.stop(release_ports=False)  # the cluster this call started must not outlive it
             raise
@@ -322,6 +333,8 @@ class LocalServe:
         replica constructor raising), from the dashboard's REST API; None while it deploys,
         runs, or the dashboard does not answer. Without it a bad config waits out the start's
         timeout (three starts: 12 minutes) with its reason only in Serve's logs."""
+        if not self.dashboard:
+            return None
         try:
             apps = httpx.get(f"http://127.0.0.1:{self.dashboard_port}/api/serve/applications/",
                              timeout=10).json().get("applications") or {}

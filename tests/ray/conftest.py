@@ -12,5 +12,5 @@ from wattwise.local_serve import LocalServe
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[LocalServe]:
-    with LocalServe(edit=quick_config) as local:
+    with LocalServe(edit=quick_config, dashboard=False) as local:
         yield local

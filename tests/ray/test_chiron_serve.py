@@ -58,7 +58,7 @@ def _wait_completed(client: openai.OpenAI, batch_id: str, timeout_s: float) -> A
 
 def test_batch_api_survives_an_app_restart_and_interactive_load_scales_pools(tmp_path: Path) -> None:
     db = tmp_path / "batches.sqlite"
-    with LocalServe(edit=_chiron(db)) as served:
+    with LocalServe(edit=_chiron(db), dashboard=False) as served:
         client = _client(served)
         small = client.files.create(file=("small.jsonl", _batch_file(4, 5)), purpose="batch")
         quick = client.batches.create(input_file_id=small.id, endpoint="/v1/completions", completion_window="24h")
@@ -105,7 +105,7 @@ def test_batch_api_survives_an_app_restart_and_interactive_load_scales_pools(tmp
         big = client.files.create(file=("big.jsonl", _batch_file(40, 200)), purpose="batch")
         batch = client.batches.create(input_file_id=big.id, endpoint="/v1/completions", completion_window="24h")
         time.sleep(3)  # some requests are running when the app goes down
-    with LocalServe(edit=_chiron(db)) as served:
+    with LocalServe(edit=_chiron(db), dashboard=False) as served:
         client = _client(served)
         done = _wait_completed(client, batch.id, 180)
         out = [json.loads(line) for line in client.files.content(done.output_file_id).text.splitlines()]

@@ -33,7 +33,7 @@ def _dynamollm_config(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def dynamo() -> Iterator[LocalServe]:
-    with LocalServe(edit=_dynamollm_config) as local:
+    with LocalServe(edit=_dynamollm_config, dashboard=False) as local:
         yield local
 
 

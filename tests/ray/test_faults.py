@@ -57,7 +57,7 @@ def _fault_config(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def faults() -> Iterator[LocalServe]:
-    with LocalServe(edit=_fault_config) as local:
+    with LocalServe(edit=_fault_config, dashboard=False) as local:
         os.environ.update({"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"})
         ray.init(address=f"127.0.0.1:{local.gcs_port}", namespace="wattwise-tests", log_to_driver=False)
         try:

@@ -64,7 +64,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServe]:
         args["gateway_replicas"] = 1  # the entry in front of them: one is enough here
         keep_every_pool(config)  # the admin calls below act on pool-short
 
-    with LocalServe(edit=edit) as local:
+    with LocalServe(edit=edit, dashboard=False) as local:
         yield local
 
 

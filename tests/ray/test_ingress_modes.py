@@ -21,7 +21,7 @@ MODEL = "llama2-70b-sim"
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[LocalServe]:
-    with LocalServe(edit=quick_config, ingress=IngressMode.PROXY) as local:
+    with LocalServe(edit=quick_config, ingress=IngressMode.PROXY, dashboard=False) as local:
         yield local
 
 

@@ -26,7 +26,7 @@ def _one_entry_quick(config: dict[str, Any]) -> None:
 def test_a_port_taken_before_the_cluster_bound_it_is_replaced_and_the_app_serves() -> None:
     # Serve's HTTP port, and one only HAProxy binds: each alone moves the start (the check is
     # the same for every port of the cluster's), so one start covers both.
-    local = LocalServe(edit=_one_entry_quick)
+    local = LocalServe(edit=_one_entry_quick, dashboard=False)
     taken = [local.http_port, int(local.env["RAY_SERVE_HAPROXY_STATS_PORT"])]
     with contextlib.ExitStack() as stack:
         for port in taken:

@@ -25,7 +25,7 @@ def _token_routed(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def token_routed() -> LocalServe:
-    with LocalServe(edit=_token_routed) as local:
+    with LocalServe(edit=_token_routed, dashboard=False) as local:
         yield local
 
 

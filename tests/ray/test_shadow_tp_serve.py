@@ -35,7 +35,7 @@ def _shadow_config(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def shadow() -> Iterator[LocalServe]:
-    with LocalServe(edit=_shadow_config) as local:
+    with LocalServe(edit=_shadow_config, dashboard=False) as local:
         yield local
 
 

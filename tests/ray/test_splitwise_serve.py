@@ -37,7 +37,7 @@ def _split_config(config: dict[str, Any]) -> None:
 
 @pytest.fixture(scope="module")
 def served() -> Any:
-    with LocalServe(CONFIG, edit=_split_config) as local:
+    with LocalServe(CONFIG, edit=_split_config, dashboard=False) as local:
         yield local
 
 

@@ -40,7 +40,7 @@ def _batch_file(n: int) -> bytes:
 
 
 def test_composite_serves_chat_and_batch_jobs_and_moves_clocks_inside_the_planned_bands() -> None:
-    with LocalServe() as served:
+    with LocalServe(dashboard=False) as served:
         client = openai.OpenAI(base_url=f"{served.base_url}/v1", api_key="x", max_retries=0, timeout=120)
         pools = {"pool-short", "pool-medium", "pool-long"}
 

@@ -46,7 +46,7 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:
              "autoscaling": fixed, "num_cpus": 0.05},
         ]
 
-    with LocalServe(ROOT / "serve_config.splitwise.yaml", edit=edit) as local:
+    with LocalServe(ROOT / "serve_config.splitwise.yaml", edit=edit, dashboard=False) as local:
         yield local
 
 
