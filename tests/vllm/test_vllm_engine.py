@@ -174,8 +174,11 @@ def test_with_deadline_order_vllm_runs_the_waiting_prompt_due_first(one_at_a_tim
 
     seen = loop.run_until_complete(run())
     second = "loose" if first == "tight" else "tight"
-    assert seen["running"][-1] <= seen[first][0], "the request running when both arrived goes on to its end"
-    assert seen[first][-1] <= seen[second][0], "the prompt that goes first ran (to its end: one at a time) first"
+    # One at a time, a request ends in vLLM before the next starts, but its reader may see its
+    # last chunk after the next one's first (CI, on a busy machine: 0.11 s after), so each order
+    # is read where a whole request's tokens separate the two.
+    assert seen["running"][-1] < seen[first][-1], "the request running when both arrived goes on to its end"
+    assert seen[first][0] < seen[second][0], "the prompt that goes first ran first"
 
 
 def test_with_deadline_order_a_started_prompt_yields_its_chunks_to_a_prompt_due_first(tiny_model: Path) -> None:
