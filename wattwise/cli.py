@@ -281,6 +281,7 @@ BENCHES = {
     "measured-speed": "bench.measured_speed:main",
     "phase-split": "bench.phase_split_pool:main",
     "shuffled-orders": "bench.shuffled_orders:main",
+    "cluster-cost": "bench.cluster_cost:main",
 }
 
 

@@ -142,7 +142,8 @@ class LocalServe:
     `ingress` picks how HTTP reaches the ingress replicas (wattwise/ingress_mode.py).
     `dashboard=False` starts Ray without its dashboard (the UI, and Serve's REST API behind
     `url()` under direct ingress and the check that reports a failed deploy at once): tests
-    do, since it costs ~20 s of CPU per start and ~5 s a minute after (on a 2-core machine)."""
+    do: on a 2-core machine it costs 4-24 s of CPU per start and 2-5 s a minute after, the
+    more the busier the machine (`wattwise bench cluster-cost`)."""
 
     def __init__(
         self,
