@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections import Counter
+from collections import defaultdict
 from dataclasses import dataclass
 
 from bench.run_header import run_header
@@ -24,8 +24,8 @@ class ClusterCost:
     start_cpu_s: float
     start_wall_s: float
     idle_cpu_s_per_min: float
-    start_by_process: Counter[str]
-    idle_by_process: Counter[str]
+    start_by_process: dict[str, float]
+    idle_by_process: dict[str, float]
 
 
 def measure(dashboard: bool, idle_s: float) -> ClusterCost:
@@ -35,8 +35,8 @@ def measure(dashboard: bool, idle_s: float) -> ClusterCost:
         start_wall_s = time.monotonic() - began
         time.sleep(idle_s)
         after = local.cpu_s()
-    start_by_process: Counter[str] = Counter()
-    idle_by_process: Counter[str] = Counter()
+    start_by_process: defaultdict[str, float] = defaultdict(float)
+    idle_by_process: defaultdict[str, float] = defaultdict(float)
     for name, cpu_s in started.values():
         start_by_process[name] += cpu_s
     for pid, (name, cpu_s) in after.items():
@@ -65,6 +65,6 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nwithout the dashboard: start CPU x{off / on:.2f}, idle CPU x{idle_off / idle_on:.2f}")
     last = costs[False][-1]
     print("\nstart CPU by process, without the dashboard (last run):")
-    for name, cpu_s in last.start_by_process.most_common(12):
+    for name, cpu_s in sorted(last.start_by_process.items(), key=lambda item: -item[1])[:12]:
         print(f"  {cpu_s:6.1f} s  {name}")
     return 0
