@@ -1,9 +1,9 @@
 """Ray Serve's application-level autoscaling policy, backed by our pure policies.
 
 Serve instantiates the class once with `policy_kwargs` and calls it every controller
-tick (~0.1 s) with one AutoscalingContext per autoscaled deployment. We translate the
-contexts into a ClusterView, ask the policy, and return replica counts. Serve's own
-up/down delays should be 0: the policy damps itself.
+tick (0.1 s by default; 0.5 s on LocalServe's local clusters) with one AutoscalingContext
+per autoscaled deployment. We translate the contexts into a ClusterView, ask the policy,
+and return replica counts. Serve's own up/down delays should be 0: the policy damps itself.
 
 Fail static: if the policy raises (a bug, a solver timeout surfacing as an error) or
 no replica has reported stats for `stale_after_s`, we keep the current targets and
