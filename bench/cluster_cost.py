@@ -1,7 +1,8 @@
-"""What a local cluster running the default app costs in CPU, with Ray's dashboard and
-without, in the same run: CPU seconds until the app is healthy (every process of the
-cluster: Ray's daemons, Serve's controller and proxy, the app's replicas) and per minute
-after, while no request arrives.
+"""What a local cluster running the default app costs in CPU, as Ray and Serve start it by
+default and as `LocalServe` does (no dashboard, Serve's controller stepping every 0.5 s), in
+the same run: CPU seconds until the app is healthy (every process of the cluster: Ray's
+daemons, Serve's controller and proxy, the app's replicas) and per minute after, while no
+request arrives.
 
 Every Ray test and the demo start such a cluster, and on a 2-core machine the CI's suites
 are CPU-bound, so each second here is paid in wall time there, once per test module.
@@ -20,6 +21,22 @@ from wattwise.local_serve import LocalServe
 
 
 @dataclass(frozen=True)
+class Setting:
+    """How the cluster is started: Ray's dashboard, and Serve's control-loop period (s)."""
+
+    name: str
+    dashboard: bool
+    control_loop_s: float
+
+
+SETTINGS = (
+    Setting("Ray's and Serve's defaults", dashboard=True, control_loop_s=0.1),
+    Setting("no dashboard", dashboard=False, control_loop_s=0.1),
+    Setting("LocalServe's (no dashboard, 0.5 s loop)", dashboard=False, control_loop_s=0.5),
+)
+
+
+@dataclass(frozen=True)
 class ClusterCost:
     start_cpu_s: float
     start_wall_s: float
@@ -28,9 +45,10 @@ class ClusterCost:
     idle_by_process: dict[str, float]
 
 
-def measure(dashboard: bool, idle_s: float) -> ClusterCost:
+def measure(setting: Setting, idle_s: float) -> ClusterCost:
     began = time.monotonic()
-    with LocalServe(dashboard=dashboard) as local:
+    env = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": str(setting.control_loop_s)}
+    with LocalServe(dashboard=setting.dashboard, env=env) as local:
         started = local.cpu_s()
         start_wall_s = time.monotonic() - began
         time.sleep(idle_s)
@@ -51,20 +69,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=2, help="clusters per setting, started in turn")
     args = parser.parse_args(argv)
     print(run_header("wattwise bench cluster-cost " + " ".join(argv or [])).markdown())
-    costs: dict[bool, list[ClusterCost]] = {True: [], False: []}
+    costs: dict[Setting, list[ClusterCost]] = {setting: [] for setting in SETTINGS}
     for _ in range(args.runs):
-        for dashboard in (True, False):  # interleaved, so that a busier minute hits both
-            costs[dashboard].append(measure(dashboard, args.idle_s))
-    print("\n| Ray's dashboard | start CPU (s) | start wall (s) | idle CPU (s/min) |\n| --- | --- | --- | --- |")
-    for dashboard, runs in costs.items():
-        print(f"| {'on' if dashboard else 'off'} | " + " | ".join(
+        for setting in SETTINGS:  # interleaved, so that a busier minute hits each
+            costs[setting].append(measure(setting, args.idle_s))
+    print("\n| cluster | start CPU (s) | start wall (s) | idle CPU (s/min) |\n| --- | --- | --- | --- |")
+    for setting, runs in costs.items():
+        print(f"| {setting.name} | " + " | ".join(
             " / ".join(f"{getattr(c, field):.1f}" for c in runs)
             for field in ("start_cpu_s", "start_wall_s", "idle_cpu_s_per_min")) + " |")
-    on, off = (sum(c.start_cpu_s for c in costs[d]) for d in (True, False))
-    idle_on, idle_off = (sum(c.idle_cpu_s_per_min for c in costs[d]) for d in (True, False))
-    print(f"\nwithout the dashboard: start CPU x{off / on:.2f}, idle CPU x{idle_off / idle_on:.2f}")
-    last = costs[False][-1]
-    print("\nstart CPU by process, without the dashboard (last run):")
-    for name, cpu_s in sorted(last.start_by_process.items(), key=lambda item: -item[1])[:12]:
-        print(f"  {cpu_s:6.1f} s  {name}")
+    base = costs[SETTINGS[0]]
+    print()
+    for setting in SETTINGS[1:]:
+        runs = costs[setting]
+        print(f"{setting.name}: start CPU x{sum(c.start_cpu_s for c in runs) / sum(c.start_cpu_s for c in base):.2f}, "
+              f"idle CPU x{sum(c.idle_cpu_s_per_min for c in runs) / sum(c.idle_cpu_s_per_min for c in base):.2f}")
+    for setting in (SETTINGS[0], SETTINGS[-1]):
+        last = costs[setting][-1]
+        print(f"\nidle CPU by process, {setting.name} (last run, s/min):")
+        for name, cpu_s in sorted(last.idle_by_process.items(), key=lambda item: -item[1])[:6]:
+            print(f"  {cpu_s * 60 / args.idle_s:6.2f}  {name}")
     return 0
