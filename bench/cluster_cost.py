@@ -17,7 +17,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from bench.run_header import run_header
-from wattwise.local_serve import LocalServe
+from wattwise.local_serve import CONTROL_LOOP_ENV, LOCAL_CONTROL_LOOP_S, LocalServe
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,8 @@ class Setting:
 SETTINGS = (
     Setting("Ray's and Serve's defaults", dashboard=True, control_loop_s=0.1),
     Setting("no dashboard", dashboard=False, control_loop_s=0.1),
-    Setting("LocalServe's (no dashboard, 0.5 s loop)", dashboard=False, control_loop_s=0.5),
+    Setting(f"LocalServe's (no dashboard, {LOCAL_CONTROL_LOOP_S} s loop)", dashboard=False,
+            control_loop_s=LOCAL_CONTROL_LOOP_S),
 )
 
 
@@ -41,26 +42,22 @@ class ClusterCost:
     start_cpu_s: float
     start_wall_s: float
     idle_cpu_s_per_min: float
-    start_by_process: dict[str, float]
     idle_by_process: dict[str, float]
 
 
 def measure(setting: Setting, idle_s: float) -> ClusterCost:
     began = time.monotonic()
-    env = {"RAY_SERVE_CONTROL_LOOP_INTERVAL_S": str(setting.control_loop_s)}
+    env = {CONTROL_LOOP_ENV: str(setting.control_loop_s)}
     with LocalServe(dashboard=setting.dashboard, env=env) as local:
         started = local.cpu_s()
         start_wall_s = time.monotonic() - began
         time.sleep(idle_s)
         after = local.cpu_s()
-    start_by_process: defaultdict[str, float] = defaultdict(float)
     idle_by_process: defaultdict[str, float] = defaultdict(float)
-    for name, cpu_s in started.values():
-        start_by_process[name] += cpu_s
     for pid, (name, cpu_s) in after.items():
         idle_by_process[name] += cpu_s - started.get(pid, (name, 0.0))[1]
-    return ClusterCost(sum(start_by_process.values()), start_wall_s, sum(idle_by_process.values()) * 60 / idle_s,
-                       start_by_process, idle_by_process)
+    return ClusterCost(sum(cpu_s for _, cpu_s in started.values()), start_wall_s,
+                       sum(idle_by_process.values()) * 60 / idle_s, idle_by_process)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -78,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {setting.name} | " + " | ".join(
             " / ".join(f"{getattr(c, field):.1f}" for c in runs)
             for field in ("start_cpu_s", "start_wall_s", "idle_cpu_s_per_min")) + " |")
-    base = costs[SETTINGS[0]]
+    def against_defaults(setting: Setting, field: str) -> float:
+        return sum(getattr(c, field) for c in costs[setting]) / sum(getattr(c, field) for c in costs[SETTINGS[0]])
+
     print()
     for setting in SETTINGS[1:]:
-        runs = costs[setting]
-        print(f"{setting.name}: start CPU x{sum(c.start_cpu_s for c in runs) / sum(c.start_cpu_s for c in base):.2f}, "
-              f"idle CPU x{sum(c.idle_cpu_s_per_min for c in runs) / sum(c.idle_cpu_s_per_min for c in base):.2f}")
+        print(f"{setting.name}: start CPU x{against_defaults(setting, 'start_cpu_s'):.2f}, "
+              f"idle CPU x{against_defaults(setting, 'idle_cpu_s_per_min'):.2f}")
     for setting in (SETTINGS[0], SETTINGS[-1]):
         last = costs[setting][-1]
         print(f"\nidle CPU by process, {setting.name} (last run, s/min):")

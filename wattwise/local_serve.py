@@ -134,6 +134,13 @@ def _bin(name: str) -> str:
     return found
 
 
+# Serve's controller steps every 0.1 s by default: 7 s of CPU per idle minute on a 2-core
+# machine, a quarter of the whole cluster's. The replicas report every 0.5 s
+# (PoolAutoscaling.metrics_interval_s), so a step every 0.5 s misses no report.
+CONTROL_LOOP_ENV = "RAY_SERVE_CONTROL_LOOP_INTERVAL_S"
+LOCAL_CONTROL_LOOP_S = 0.5
+
+
 class LocalServe:
     """A Ray head on this machine running the wattwise app; use as a context manager.
 
@@ -191,10 +198,7 @@ class LocalServe:
             # not dead: Serve's 10 s / 5 s limits restarted it mid-start there (overridable).
             "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "60",
             "RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "30",
-            # Serve's controller steps every 0.1 s: 7 s of CPU per idle minute on a 2-core
-            # machine, a quarter of the whole cluster's. The replicas report every 0.5 s
-            # (PoolAutoscaling.metrics_interval_s), so a step every 0.5 s misses no report.
-            "RAY_SERVE_CONTROL_LOOP_INTERVAL_S": "0.5",
+            CONTROL_LOOP_ENV: str(LOCAL_CONTROL_LOOP_S),
             **ingress_ports_env(*self._own_ports[6:]),
             **self._ports.env,
             **os.environ,
