@@ -100,7 +100,7 @@ def load_model(model_path: Path, tokenizer_path: Path | None, device: str):
                                                      dtype=torch.float32)
     else:
         model = AutoModelForCausalLM.from_pretrained(str(model_path), dtype=torch.float32, local_files_only=True)
-    return tokenizer, model.to(device).eval()  # type: ignore[arg-type]  # transformers wraps Module.to
+    return tokenizer, model.to(device).eval()
 
 
 def select_prompts(prompts: list[LabelPrompt], prompts_from: Path | None, limit: int) -> list[LabelPrompt]:

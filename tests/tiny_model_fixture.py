@@ -1,5 +1,5 @@
 """The tiny offline Llama (wattwise.tiny_model) for vLLM tests, skipped with a reason
-where vLLM is not installed. Training it takes from ~1 to several CPU-minutes, so it is
+where vLLM is not installed. Training it takes ~70 CPU-seconds (more on a busy machine), so it is
 built once per machine under ~/.cache/wattwise, keyed by a hash of the code that builds
 it (a change to wattwise/tiny_model.py builds a new one); a fresh machine builds it once."""
 

@@ -47,8 +47,7 @@ def prepare_smollm2(out_dir: Path = DEFAULT_DIR) -> Path:
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.architectures = ["LlamaForCausalLM"]
-    # transformers wraps Module.to so that mypy reads its first parameter as the model.
-    model = LlamaForCausalLM(config).to(torch.float32)  # type: ignore[arg-type]
+    model = LlamaForCausalLM(config).to(torch.float32)
     model.load_state_dict(loaded.state_dict())
     model.eval()
     out_dir = Path(out_dir).expanduser()
