@@ -69,20 +69,28 @@ class ChironPolicy:
         return dep is not None and len(dep.replica_stats) >= dep.current_replicas
 
     def _interactive_targets(self, inter: DeploymentView, mixed: DeploymentView, now_s: float) -> tuple[int, int]:
+        """IBP is read on the running replicas; replicas asked for and still starting are kept
+        (`planned`): a reading taken before they run must not cancel them. Cancelling a start
+        is the costliest flap there is (a CI run on a busy machine asked for 4 mixed replicas
+        and took them back 3-15 s later, 10 times over, while none of them had started)."""
         cfg = self.config
         current = inter.current_replicas, mixed.current_replicas
+        planned = max(inter.target_replicas, current[0]), max(mixed.target_replicas, current[1])
         total = sum(current)
         busy = sum(1 for d in (inter, mixed) for s in d.replica_stats if s.interactive_running > 0)
         ibp = busy / total if total else 1.0
         wanted = max(math.ceil(busy / cfg.theta), 2)
         if (total and cfg.theta - cfg.delta <= ibp <= cfg.theta + cfg.delta) or wanted == total:
             self._low_since_s = None
-            return current
+            return planned
+        if total < wanted <= sum(planned):  # what is starting carries it
+            self._low_since_s = None
+            return planned
         if wanted < total:
             if self._low_since_s is None:
                 self._low_since_s = now_s
             if now_s - self._low_since_s < cfg.downscale_hold_s or not (self._fresh(inter) and self._fresh(mixed)):
-                return current
+                return planned
             running = sum(s.interactive_running for d in (inter, mixed) for s in d.replica_stats)
             limit = min((s.batch_limit for d in (inter, mixed) for s in d.replica_stats if s.batch_limit), default=1)
             wanted = max(wanted, math.ceil(running / limit))

@@ -2,16 +2,22 @@
 runs HAProxy) must keep what clients rely on: bearer-token auth, SSE streaming, OpenAI-format
 4xx with their headers and our Prometheus metrics, over real HTTP. Serve's proxy is the
 fallback (WATTWISE_INGRESS=proxy); direct ingress is measured by `wattwise bench ingress`
-(docs/operations.md, "Serve's fast path") but not offered: it does not balance."""
+(docs/operations.md, "Serve's fast path") but not offered: it does not balance.
+
+The app behind the proxy is Mico in the Serve path (the text predictor in the ingress, the
+token-balanced router in the pools), tested here too: one cluster for both, as each start
+costs ~70 s of CPU on a 2-core CI machine, and neither test depends on the other's part."""
 
 import json
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import httpx
 import openai
 import pytest
 
-from tests.factories import INTERACTIVE_KEY, LIMITED_KEY, quick_config
+from tests.factories import INTERACTIVE_KEY, LIMITED_KEY, one_entry, quick_config
 from tests.live_app import metric_sum, wait_for
 from wattwise.ingress_mode import IngressMode
 from wattwise.local_serve import LocalServe
@@ -19,9 +25,19 @@ from wattwise.local_serve import LocalServe
 MODEL = "llama2-70b-sim"
 
 
+def _token_routed(config: dict[str, Any]) -> None:
+    """The test keys; two replicas of the short pool behind the token-balanced router, one of the others."""
+    quick_config(config)
+    one_entry(config)
+    for pool in config["applications"][0]["args"]["pools"]:
+        pool["request_router"] = "token_balanced"
+        replicas = 2 if pool["name"] == "short" else 1
+        pool["autoscaling"].update({"min_replicas": replicas, "max_replicas": replicas, "initial_replicas": replicas})
+
+
 @pytest.fixture(scope="module")
 def served() -> Iterator[LocalServe]:
-    with LocalServe(edit=quick_config, ingress=IngressMode.PROXY, dashboard=False) as local:
+    with LocalServe(edit=_token_routed, ingress=IngressMode.PROXY, dashboard=False) as local:
         yield local
 
 
@@ -58,3 +74,18 @@ def test_auth_errors_streaming_and_metrics(served: LocalServe) -> None:
     for status in ("200", "400", "401", "429"):
         wait_for(lambda s=status: metric_sum(served, "ray_wattwise_http_responses_total", status=s) > 0, 90,
                  f"http_responses_total{{status={status}}}")
+
+
+@pytest.mark.ray
+def test_requests_through_the_token_router_all_complete(served: LocalServe) -> None:
+    client = openai.OpenAI(base_url=f"{served.url()}/v1", api_key=INTERACTIVE_KEY, max_retries=0, timeout=60)
+    prompts = [" ".join(["word"] * (10 + i)) + " explain in detail" for i in range(12)]
+
+    def one(prompt: str) -> Any:
+        return client.completions.create(model=MODEL, prompt=prompt, max_tokens=8)
+
+    with ThreadPoolExecutor(6) as pool:
+        responses = list(pool.map(one, prompts))
+    assert all(r.usage.completion_tokens == 8 for r in responses)
+    assert {r.model_extra["wattwise"]["pool"] for r in responses} == {"pool-short"}
+    assert served.pool_replicas()["pool-short"] == 2

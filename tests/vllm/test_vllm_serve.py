@@ -41,7 +41,7 @@ def served(tiny_model: Path) -> Iterator[LocalServe]:
     def edit(config: dict[str, Any]) -> None:
         one_entry(config)
         app = config["applications"][0]
-        app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 300, "handover_s": 3})
+        app["autoscaling_policy"]["policy_kwargs"].update({"shadow_timeout_s": 600, "handover_s": 3})
         args = app["args"]
         args["model_name"] = MODEL
         args["batch_api"] = {"enabled": False}
@@ -167,7 +167,7 @@ def test_vllm_pool_moves_to_tp2_by_shadow_deployment(served: LocalServe, tiny_mo
     status = pools(served)
     assert status["pool-cpu"]["serving"] and status["pool-cpu-tp2"]["replicas"].get("RUNNING", 0) == 0
     with Load(served.base_url, MODEL, max_tokens=8, threads=1) as load:
-        rollout = pin_and_watch(served, load, "cpu", "pool-cpu", "pool-cpu-tp2", 2, timeout_s=240)
+        rollout = pin_and_watch(served, load, "cpu", "pool-cpu", "pool-cpu-tp2", 2, timeout_s=540)
     print(f"\nshadow TP1->TP2 (vLLM, tiny model): {rollout.summary(load)}")
     assert load.failed == []
     assert rollout.old_running_before_switch and min(rollout.old_running_before_switch) >= 1

@@ -1,6 +1,7 @@
 """Chiron's autoscalers on hand-made stats, and request groups against brute force."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -147,6 +148,22 @@ def test_interactive_capacity_shrinks_only_after_the_hold() -> None:
     assert policy.observe(idle, 29.0).replicas["pool-mixed"] == 6
     shrunk = policy.observe(idle, 30.0).replicas
     assert shrunk["pool-interactive"] + shrunk["pool-mixed"] < 9
+
+
+def test_replicas_still_starting_are_not_taken_back_by_a_lower_reading() -> None:
+    """Asked for 2 + 4, 1 + 2 running: a reading of one busy replica (IBP 1/3, in band) or of
+    two (wants 6, what is planned) keeps the 2 + 4 starting; only a hold of low IBP shrinks."""
+    policy = ChironPolicy(ChironConfig(downscale_hold_s=30))
+
+    def starting(inter_busy: list[int], mixed_busy: list[int], now_s: float) -> dict[str, int]:
+        inter = replace(_dep("pool-interactive", 1, inter_busy), target_replicas=2)
+        mixed = replace(_dep("pool-mixed", 2, mixed_busy), target_replicas=4)
+        return policy.observe(_view(inter, mixed, _dep("pool-batch", 0, [])), now_s).replicas
+
+    for now_s, busy in ((0.0, ([1], [0, 0])), (1.0, ([1], [1, 0])), (2.0, ([0], [0, 0]))):
+        shape = starting(*busy, now_s)
+        assert (shape["pool-interactive"], shape["pool-mixed"]) == (2, 4), (now_s, shape)
+    assert starting([0], [0, 0], 40.0)["pool-mixed"] < 4  # low for the whole hold: now it shrinks
 
 
 def test_theta_is_the_mean_rate_over_the_tail_spike() -> None:
