@@ -133,6 +133,21 @@ def test_latency_profile_of_the_vllm_engine(engine: VllmEngine, loop, tmp_path: 
     assert [int(r["batch"]) for r in rows] == [1, 3, 1, 3] and float(rows[2]["ttft_s"]) == points[2].ttft_s
 
 
+def test_ips_sweep_gives_decode_rows_per_run(engine: VllmEngine, loop) -> None:
+    """M's profiler (throttLL'eM's IPS model, `engines.ips_profiling_vllm`): a two-run sweep."""
+    import numpy as np
+
+    from engines.ips_profiling_vllm import measure_ips
+
+    profile = loop.run_until_complete(measure_ips(engine, batch_sizes=(1, 4), repeats=1, sample_s=0.25))
+    s = profile.samples
+    assert len(s) >= 2 and set(profile.runs) == {0, 1}
+    assert np.all(s.tp == 1) and len(np.unique(s.clock_mhz)) == 1  # no clock control on CPU: one value
+    assert np.all(s.ips > 0) and np.all(s.kv_blocks > 0)
+    assert s.batch[profile.runs == 0].max() <= 1 < s.batch[profile.runs == 1].max() <= 4
+    assert not engine.tracker.step_observers  # the sweep's observer is gone after it
+
+
 @pytest.fixture(scope="module")
 def one_at_a_time(tiny_model: Path, loop: asyncio.AbstractEventLoop) -> Iterator[VllmEngine]:
     """max_num_seqs 1: one request runs, the rest wait inside vLLM, in its deadline order."""
