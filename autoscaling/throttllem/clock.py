@@ -21,10 +21,9 @@ would have run at the low clock for a whole lag.
 
 from __future__ import annotations
 
-from collections import deque
-
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
+from autoscaling.throttllem.prompt_arrivals import PromptArrivals
 from autoscaling.throttllem.prompt_deadlines import burst_ready_clock_mhz, prompt_deadline_clock_mhz
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
 from batching.continuous_batcher import ContinuousBatcher
@@ -37,48 +36,43 @@ class ThrottllemClock:
         self._searched_s = float("-inf")
         self._lowered_s = float("-inf")
         self.changes = 0
-        # Interactive prompts seen arriving: (arrival s, prompt tokens, TTFT target s).
-        self._prompts: deque[tuple[float, int, float]] = deque()
+        # Interactive prompts seen arriving within `ready_prompt_window_s`, by TTFT target.
+        self._prompts: dict[float, PromptArrivals] = {}
+        self._newest_s = float("-inf")  # the latest arrival seen
         # The last answers of the two searches, where the next ones start (clock_search).
         self._target_index: int | None = None
         self._prompts_mhz: float | None = None
         self._ready_mhz: dict[float, float] = {}  # by TTFT target
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
-        seen_s = self._prompts[-1][0] if self._prompts else float("-inf")
-        for seq in batcher.waiting:
-            r = seq.request
-            if r.arrival_s > seen_s and r.service_class != "batch" and seq.generated == 0:
-                self._prompts.append((r.arrival_s, r.prompt_tokens, r.slo.ttft_s))
-        while self._prompts and self._prompts[0][0] < now_s - self.config.ready_prompt_window_s:
-            self._prompts.popleft()
+        """Record the prompts that arrived since the last step, in arrival order (the queue
+        holds them in deadline order), and forget those older than the window."""
+        fresh = sorted((seq.request.arrival_s, seq.request.prompt_tokens, seq.request.slo.ttft_s)
+                       for seq in batcher.waiting if seq.request.arrival_s > self._newest_s
+                       and seq.request.service_class != "batch" and seq.generated == 0)
+        for at, tokens, ttft_s in fresh:
+            self._prompts.setdefault(ttft_s, PromptArrivals()).add(at, tokens)
+        if fresh:
+            self._newest_s = fresh[-1][0]
+        horizon_s = now_s - self.config.ready_prompt_window_s
+        for ttft_s in [t for t, arrivals in self._prompts.items() if not arrivals.forget_before(horizon_s)]:
+            del self._prompts[ttft_s]
 
     def ready_clock_mhz(self, batcher: ContinuousBatcher) -> float:
         """The clock below which the largest recent burst of prompts of each TTFT target (the
         most prompt tokens arriving within one raise's lag) could not be saved by a raise
         (prompt_deadlines.burst_ready_clock_mhz), each searched from its last answer."""
         lag_s = batcher.longest_clock_lag_s
-        bursts: list[tuple[list[int], float]] = []
-        by_target: dict[float, list[tuple[float, int]]] = {}
-        for at, tokens, ttft_s in self._prompts:
-            by_target.setdefault(ttft_s, []).append((at, tokens))
-        for ttft_s, arrivals in by_target.items():
-            # One pass of a sliding window: its running total against the best so far.
-            first, total, best, span = 0, 0, 0, (0, 0)
-            for last, (at, tokens) in enumerate(arrivals):
-                total += tokens
-                while arrivals[first][0] < at - lag_s:
-                    total -= arrivals[first][1]
-                    first += 1
-                if total > best:
-                    best, span = total, (first, last + 1)
-            if best > 0:
-                bursts.append(([t for _, t in arrivals[span[0]:span[1]]], ttft_s))
         clocks = self.projector.synced_table.clocks_mhz
-        for burst, ttft_s in bursts:
+        ready = float(clocks[0])
+        for ttft_s, arrivals in self._prompts.items():
+            burst = arrivals.largest_burst(lag_s)
+            if burst is None:
+                continue
             self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, burst, ttft_s, self.config.ttft_headroom,
                                                             self._ready_mhz.get(ttft_s))
-        return max((self._ready_mhz[ttft_s] for _, ttft_s in bursts), default=float(clocks[0]))
+            ready = max(ready, self._ready_mhz[ttft_s])
+        return ready
 
     def target_clock_mhz(self, now_s: float) -> float | None:
         """The lowest passing clock for the committed scoreboard (None: nothing runs)."""

@@ -97,8 +97,8 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
         work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)), hint_mhz)
 
 
-def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, tokens: list[int], ttft_s: float,
-                          headroom: float = 1.0, hint_mhz: float | None = None) -> float:
+def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, tokens: list[int] | np.ndarray,
+                          ttft_s: float, headroom: float = 1.0, hint_mhz: float | None = None) -> float:
     """The lowest clock the GPUs may run at so that a burst (`tokens`: the prompt tokens of
     prompts of TTFT target `ttft_s` arriving together just after a clock forward went out)
     still ends its prefills within `headroom` of the TTFT once the top clock it then asks

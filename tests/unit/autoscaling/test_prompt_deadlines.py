@@ -3,6 +3,7 @@
 import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.prompt_arrivals import PromptArrivals
 from autoscaling.throttllem.prompt_deadlines import PrefillWork, burst_ready_clock_mhz, prompt_deadline_clock_mhz
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
@@ -219,3 +220,34 @@ def test_the_ready_clock_reads_each_ttft_targets_largest_burst_within_a_lag() ->
     # Had it taken the three close prompts (1,800 tokens) for the 0.35 s target:
     closest = ready_clock_mhz(batcher, clocks, [([500, 600, 700], 0.35), ([2000, 2500], 1.0)], config.ttft_headroom)
     assert clock.ready_clock_mhz(batcher) == expected > closest
+
+
+def test_prompts_queued_in_deadline_order_are_each_recorded_once() -> None:
+    """A replica prefilling by TTFT deadline queues a later prompt due first ahead of an
+    earlier one: the clock still records each prompt once, in arrival order (reading the
+    queue's last one as the newest counted the one due first again at the next step)."""
+    batcher = ContinuousBatcher(PERF, BatcherConfig(tensor_parallel=TP, clock_mhz=CLOCKS[0], step_time_target_s=0.1,
+                                                    clock_forward_period_s=0.25, clock_change_s=0.1,
+                                                    prefill_by_ttft_deadline=True))
+    _, clock = replica_policies(PERF, batcher.config, ThrottllemConfig())
+    batcher.add(_prompt(0, 2500, 1.0, arrival_s=0.00), 0.00)
+    batcher.add(_prompt(1, 2500, 0.35, arrival_s=0.05), 0.05)
+    assert [s.request_id for s in batcher.waiting] == ["1", "0"]  # the one due first waits first
+    for now_s in (0.06, 0.07, 0.08):  # three steps with both still waiting
+        clock.choose_clock_mhz(batcher, now_s)
+    clocks = clock.projector.synced_table.clocks_mhz
+    config = ThrottllemConfig()
+    once = ready_clock_mhz(batcher, clocks, [([2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
+    twice = ready_clock_mhz(batcher, clocks, [([2500, 2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
+    assert clock.ready_clock_mhz(batcher) == once < twice
+
+
+def test_a_burst_is_the_window_of_one_lag_holding_the_most_tokens_and_old_prompts_are_forgotten() -> None:
+    arrivals = PromptArrivals()
+    for at_s, tokens in ((0.0, 100), (0.1, 100), (0.5, 150), (2.0, 120), (2.05, 120), (9.0, 10)):
+        arrivals.add(at_s, tokens)
+    assert list(arrivals.largest_burst(0.2)) == [120, 120]  # 240 tokens, over 0.0-0.1's 200
+    assert list(arrivals.largest_burst(0.0)) == [150]  # one prompt alone: the largest
+    assert list(arrivals.largest_burst(10.0)) == [100, 100, 150, 120, 120, 10]
+    assert arrivals.forget_before(2.0) and list(arrivals.largest_burst(10.0)) == [120, 120, 10]
+    assert not arrivals.forget_before(9.5) and arrivals.largest_burst(1.0) is None
