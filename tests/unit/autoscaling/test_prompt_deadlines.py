@@ -229,14 +229,14 @@ def test_prompts_queued_in_deadline_order_are_each_recorded_once() -> None:
     batcher = ContinuousBatcher(PERF, BatcherConfig(tensor_parallel=TP, clock_mhz=CLOCKS[0], step_time_target_s=0.1,
                                                     clock_forward_period_s=0.25, clock_change_s=0.1,
                                                     prefill_by_ttft_deadline=True))
-    _, clock = replica_policies(PERF, batcher.config, ThrottllemConfig())
+    config = ThrottllemConfig()
+    _, clock = replica_policies(PERF, batcher.config, config)
     batcher.add(_prompt(0, 2500, 1.0, arrival_s=0.00), 0.00)
     batcher.add(_prompt(1, 2500, 0.35, arrival_s=0.05), 0.05)
     assert [s.request_id for s in batcher.waiting] == ["1", "0"]  # the one due first waits first
     for now_s in (0.06, 0.07, 0.08):  # three steps with both still waiting
         clock.choose_clock_mhz(batcher, now_s)
     clocks = clock.projector.synced_table.clocks_mhz
-    config = ThrottllemConfig()
     once = ready_clock_mhz(batcher, clocks, [([2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
     twice = ready_clock_mhz(batcher, clocks, [([2500, 2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
     assert clock.ready_clock_mhz(batcher) == once < twice
