@@ -243,7 +243,7 @@ class WattwisePolicy:
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self.config.tensor_parallel_options.get(host), dilation=dilation,
-                                      replicas=traits)
+                                      replicas=traits, burst_margin=self.planner.burst_margin(group.members))
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
             band[host] = (self._clock_floor(dep, running, shape, rates, dilation, traits), self.max_clock_mhz)
@@ -315,7 +315,8 @@ class WattwisePolicy:
                                      dep.max_replicas if dep else None,
                                      self.config.tensor_parallel_options.get(group.host),
                                      dilation, self._replica_traits(group.host, dep, now_s),
-                                     self.planner.gpu_worth_w(group.members, now_s))
+                                     self.planner.gpu_worth_w(group.members, now_s),
+                                     self.planner.burst_margin(group.members))
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""

@@ -56,7 +56,14 @@ class ShapePlannerConfig(BaseModel):
         "admission reserves each request's projected peak, so a replica planned to its last KV "
         "block turns prompts away at the door while decodes finish."))
     burst_margin: float = Field(default=0.25, ge=0, description=(
-        "Extra load planned above the trailing peak rate, for bursts inside the re-plan period."))
+        "Extra load planned above the trailing peak rate, for bursts inside the re-plan period: "
+        "the most a pool plans for, and what it plans for until it has `bursty_lookback_s` of "
+        "history (with `margin_from_history`)."))
+    margin_from_history: bool = Field(default=True, description=(
+        "A steady pool with `bursty_lookback_s` of history plans for the largest rise of its "
+        "interactive rate above its trailing peak over that window (at most `burst_margin`, at "
+        "least none): conversation traffic drifts a few percent above its 2-minute peak, "
+        "coding traffic's bursts many times over it. False: `burst_margin` for every pool."))
     lookback_s: float = Field(default=120.0, gt=0, description="Window of the trailing peak rate.")
     bursty_cv: float = Field(default=1.0, gt=0, description=(
         "A pool whose interactive rate over `bursty_lookback_s` varies more than this (std over "
@@ -267,6 +274,8 @@ class PoolShapePlanner:
         self._lower_since: dict[str, float] = {}
         self._bursty_until: dict[str, float] = {}
         self._first_planned_s: dict[str, float] = {}
+        self._rises: dict[str, deque[tuple[float, float]]] = {}  # (time, rate over the trailing peak - 1)
+        self._margin: dict[str, float] = {}
         self._next_epoch_s: float | None = None
         self._first_epoch_at_s = math.inf  # before it the operator's TP stands
 
@@ -283,6 +292,7 @@ class PoolShapePlanner:
         share = min(batch_rate / total, 1.0) if total > 0 else 0.0
         history = self._history.setdefault(pool, deque())
         self._first_planned_s.setdefault(pool, now_s)
+        self._margin[pool] = self._burst_margin(pool, history, total * (1 - share), now_s)
         history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
                         {c: r * share for c, r in rates.items()}))
         horizon = max(self.config.lookback_s, self.config.batch_window_s, self.config.bursty_lookback_s)
@@ -303,11 +313,33 @@ class PoolShapePlanner:
                     peak[cls] = max(peak.get(cls, 0.0), r)
             for cls, r in batch.items():
                 batch_sum[cls] = batch_sum.get(cls, 0.0) + r
-        planned = {cls: r * (1.0 + self.config.burst_margin) for cls, r in peak.items()}
+        planned = {cls: r * (1.0 + self._margin[pool]) for cls, r in peak.items()}
         floor = batch_floor or {}
         for cls in batch_sum.keys() | floor.keys():
             planned[cls] = planned.get(cls, 0.0) + max(batch_sum.get(cls, 0.0) / len(history), floor.get(cls, 0.0))
         return planned
+
+    def _burst_margin(self, pool: str, history: deque[tuple[float, dict[str, float], dict[str, float]]],
+                      interactive_rate: float, now_s: float) -> float:
+        """The margin a steady pool plans above its trailing peak (`margin_from_history`): the
+        most its interactive rate rose above its peak of the `lookback_s` before, over the last
+        `bursty_lookback_s`; `burst_margin` until it has that much history, and for a bursty
+        pool (planned at its long window's peak, which its next burst may exceed)."""
+        cfg = self.config
+        peak = max((sum(i.values()) for t, i, _ in history if t >= now_s - cfg.lookback_s), default=0.0)
+        rises = self._rises.setdefault(pool, deque())
+        if peak > 0 or interactive_rate > 0:
+            rises.append((now_s, interactive_rate / peak - 1.0 if peak > 0 else math.inf))
+        while rises and rises[0][0] < now_s - cfg.bursty_lookback_s:
+            rises.popleft()
+        if (not cfg.margin_from_history or self.is_bursty(pool, now_s)
+                or now_s - self._first_planned_s[pool] < cfg.bursty_lookback_s):
+            return cfg.burst_margin
+        return min(max(max((r for _, r in rises), default=0.0), 0.0), cfg.burst_margin)
+
+    def burst_margin(self, pools: Collection[str]) -> float:
+        """The largest margin these pools' load was last planned with."""
+        return max((self._margin.get(p, self.config.burst_margin) for p in pools), default=self.config.burst_margin)
 
     def at_epoch(self, now_s: float) -> bool:
         """Whether a pool epoch (TP changes, pool folding) is due; the first comes
@@ -334,12 +366,14 @@ class PoolShapePlanner:
     def cheapest(self, planned: dict[str, float], gpus_available: int, max_instances: int | None = None,
                  tps: Collection[int] | None = None, dilation: Dilation = AS_PROFILED,
                  replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK, held_gpu_w: float = 0.0,
-                 ) -> PoolShape | None:
+                 burst_margin: float | None = None) -> PoolShape | None:
         """The shape of least power plus `held_gpu_w` per GPU (`gpu_worth_w`) for planned
-        rates, under this planner's headrooms."""
+        rates, under this planner's headrooms; `burst_margin` is the one they were planned
+        with (`burst_margin(pools)`; default: the configured one)."""
         cfg = self.config
         rates = dilation.rates(planned)
-        load = {cls: r / (1.0 + cfg.burst_margin) for cls, r in rates.items()} if replicas.pick_clock else None
+        margin = cfg.burst_margin if burst_margin is None else burst_margin
+        load = {cls: r / (1.0 + margin) for cls, r in rates.items()} if replicas.pick_clock else None
         return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
                               cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
@@ -383,7 +417,8 @@ class PoolShapePlanner:
     def plan(self, pool: str, planned: dict[str, float], gpus_available: int, backlog_instances: int,
              running: PoolShape | None, now_s: float, max_instances: int | None = None,
              tps: Collection[int] | None = None, late: bool = False,
-             dilation: Dilation = AS_PROFILED, replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK) -> PoolShape:
+             dilation: Dilation = AS_PROFILED, replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK,
+             burst_margin: float | None = None) -> PoolShape:
         """The pool's shape now for `planned` rates (`planning_rates`, summed over the pools
         it serves). `gpus_available` counts the GPUs it holds plus the free
         ones, `max_instances` the deployment's replica cap, `tps` the TPs it may run;
@@ -392,12 +427,12 @@ class PoolShapePlanner:
         `running` is what the runtime runs, adopted the first time a pool is planned (its
         TP is kept until the first pool epoch, even if it grows); `dilation` is how much
         slower than the profile its replicas measure themselves; `replicas` what they do that
-        costs depend on."""
+        costs depend on; `burst_margin` the margin `planned` carries (`burst_margin(pools)`)."""
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config
         gpu_w = self.gpu_worth_w([pool], now_s)
-        best = self.cheapest(planned, gpus_available, max_instances, tps, dilation, replicas, gpu_w)
+        best = self.cheapest(planned, gpus_available, max_instances, tps, dilation, replicas, gpu_w, burst_margin)
         if best is None:  # nothing carries the load: everything at the top shape that fits
             tp = max(tps or self.profile.tensor_parallel_degrees)
             fit = min(gpus_available // tp, max_instances or gpus_available)
@@ -407,7 +442,7 @@ class PoolShapePlanner:
             return best
         if best.tensor_parallel != current.tensor_parallel:
             same_tp = self.cheapest(planned, gpus_available, max_instances, [current.tensor_parallel], dilation,
-                                    replicas, gpu_w)
+                                    replicas, gpu_w, burst_margin)
             # Keep the TP while the replicas run off the profile (their speed was measured at
             # this TP and says little of another), and otherwise until the switch is worth its
             # cost: at an epoch, or, once the first has come, as soon as the pool must start

@@ -527,7 +527,40 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     # within them (the code trace's bursts closing up, then spreading out again): it keeps
     # the peak of the whole window until a window has passed since it last was.
     assert planned_after(bursts_then_dense, end_s=1000.0) == pytest.approx(30.0 * margin)
-    assert planned_after(bursts_then_dense, end_s=1500.0) == pytest.approx(20.0 * margin)
+    # Then it plans at its recent peak, and, steady for a window with its rate never above
+    # that peak, without a margin (`margin_from_history`).
+    assert planned_after(bursts_then_dense, end_s=1500.0) == pytest.approx(20.0)
+
+
+def test_a_pool_plans_for_the_largest_rise_above_its_peak_it_showed(profile) -> None:
+    """Conversation traffic drifts a few percent above its trailing peak; a fixed 25% margin
+    held a third TP2 replica beside conv's TP4 for the hour's busier half. With a window of
+    history a pool plans for the largest rise it showed over it (at most `burst_margin`); a
+    jump keeps the whole margin for a window after it, and without the history, or with
+    `margin_from_history` off, a pool plans for `burst_margin`."""
+    config = ShapePlannerConfig()
+
+    def margin_at(rate_at, end_s: float, cfg: ShapePlannerConfig = config) -> float:
+        planner = PoolShapePlanner(profile, cfg, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+        t, planned, peak = 0.0, 0.0, 0.0
+        while t <= end_s:
+            planned = planner.planning_rates("pool-long", {"LM": rate_at(t)}, 0.0, t)["LM"]
+            peak = max(rate_at(u) for u in np.arange(max(t - cfg.lookback_s, 0.0), t + 1.0, 5.0))
+            t += 5.0
+        return planned / peak - 1.0
+
+    def drifting(t: float) -> float:  # 10 req/s +- 4%, a 5-minute swing
+        return 10.0 * (1.0 + 0.04 * math.sin(2 * math.pi * t / 300.0))
+
+    def jump(t: float) -> float:  # the same, 14 req/s for a minute at t = 1,000 s
+        return 14.0 if 1000.0 <= t < 1060.0 else drifting(t)
+
+    assert margin_at(drifting, 600.0) == pytest.approx(config.burst_margin)  # not a window of history yet
+    assert 0.0 < margin_at(drifting, 1200.0) < 0.02
+    assert margin_at(jump, 1500.0) == pytest.approx(config.burst_margin)  # 40% over its peak, capped
+    assert margin_at(jump, 2100.0) < 0.02  # a window after the jump
+    fixed = config.model_copy(update={"margin_from_history": False})
+    assert margin_at(drifting, 1200.0, fixed) == pytest.approx(config.burst_margin)
 
 
 def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bursts(profile) -> None:
