@@ -98,20 +98,9 @@ class ShapePlannerConfig(BaseModel):
         "pool is priced at power alone: its clock headroom absorbs bursts beyond the window's "
         "peak. A GPU-hour's rental over a kWh's price is ~20 kW; 200 W breaks the profile's "
         "near-ties without trading SLO on the benches (docs/one-controller.md)."))
-    young_fold_cv: float | None = Field(default=0.3, gt=0, description=(
-        "Pools one of which has under `bursty_lookback_s` of history newly fold only if their "
-        "summed interactive rate since their replicas' rate windows filled (`rate_window_s` "
-        "after the first plan) varied at most this much (std over mean; silence has shown "
-        "nothing): two minutes of conversation traffic vary 0.1-0.3 per pool, the coding "
-        "trace's on/off minutes 0.7-0.9 (0.4-0.5 at twice its rate) before its long window "
-        "calls them bursty. None: no such check."))
-    rate_window_s: float = Field(default=30.0, gt=0, description=(
-        "The replicas' arrival-rate window (ContinuousBatcher's `rate_window_s`): the ramp a "
-        "new pool's reported rates climb from zero over."))
-    first_epoch_s: float = Field(default=120.0, ge=0, description=(
-        "The first pool epoch (a TP change or a fold may happen) comes this long after the first "
-        "plan: `warmup_s` of observed load first, then the shape the operator started with may "
-        "go (a fold only where `young_fold_cv` finds the load steady)."))
+    first_epoch_s: float = Field(default=60.0, ge=0, description=(
+        "The first pool epoch (a TP change may happen) comes this long after the first plan: "
+        "a minute of observed load first, then the shape the operator started with may go."))
 
 
 @dataclass(frozen=True)
@@ -414,25 +403,6 @@ class PoolShapePlanner:
         """Whether the pool was first planned less than `warmup_s` ago (a pool not yet
         planned is: its first plan is now)."""
         return now_s - self._first_planned_s.get(pool, now_s) < self.config.warmup_s
-
-    def may_newly_fold(self, pools: Collection[str], now_s: float) -> bool:
-        """Whether these pools' load has shown it steady enough to fold onto one host: none is
-        bursty, and, while one has under `bursty_lookback_s` of history, their summed
-        interactive rate since their ramps varied at most `young_fold_cv`."""
-        cfg = self.config
-        if any(self.is_bursty(p, now_s) for p in pools):
-            return False
-        firsts = [self._first_planned_s.get(p, now_s) for p in pools]
-        if cfg.young_fold_cv is None or now_s - max(firsts) >= cfg.bursty_lookback_s:
-            return True
-        since_s = max(firsts) + cfg.rate_window_s
-        summed: dict[float, float] = {}
-        for p in pools:
-            for t, interactive, _ in self._history.get(p, ()):
-                if t >= since_s:
-                    summed[t] = summed.get(t, 0.0) + sum(interactive.values())
-        totals = np.array(list(summed.values()))
-        return len(totals) > 2 and totals.mean() > 0 and totals.std() / totals.mean() <= cfg.young_fold_cv
 
     def is_bursty(self, pool: str, now_s: float) -> bool:
         """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""
