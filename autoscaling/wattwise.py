@@ -216,8 +216,7 @@ class WattwisePolicy:
             # short pool's few conversation requests read as bursty, and unfolding them cost 7%
             # more energy for no SLO.
             groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s), epoch and settled,
-                                          may_form=lambda g: not any(self.planner.is_bursty(m, now_s)
-                                                                     for m in g.members))
+                                          may_form=lambda g: self.planner.may_newly_fold(g.members, now_s))
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}

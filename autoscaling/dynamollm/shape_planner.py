@@ -98,9 +98,20 @@ class ShapePlannerConfig(BaseModel):
         "pool is priced at power alone: its clock headroom absorbs bursts beyond the window's "
         "peak. A GPU-hour's rental over a kWh's price is ~20 kW; 200 W breaks the profile's "
         "near-ties without trading SLO on the benches (docs/one-controller.md)."))
-    first_epoch_s: float = Field(default=60.0, ge=0, description=(
-        "The first pool epoch (a TP change may happen) comes this long after the first plan: "
-        "a minute of observed load first, then the shape the operator started with may go."))
+    young_fold_cv: float | None = Field(default=0.3, gt=0, description=(
+        "Pools one of which has under `bursty_lookback_s` of history newly fold only if their "
+        "summed interactive rate since their replicas' rate windows filled (`rate_window_s` "
+        "after the first plan) varied at most this much (std over mean; silence has shown "
+        "nothing): two minutes of conversation traffic vary 0.1-0.3 per pool, the coding "
+        "trace's on/off minutes 0.7-0.9 (0.4-0.5 at twice its rate) before its long window "
+        "calls them bursty. None: no such check."))
+    rate_window_s: float = Field(default=30.0, gt=0, description=(
+        "The replicas' arrival-rate window (ContinuousBatcher's `rate_window_s`): the ramp a "
+        "new pool's reported rates climb from zero over."))
+    first_epoch_s: float = Field(default=120.0, ge=0, description=(
+        "The first pool epoch (a TP change or a fold may happen) comes this long after the first "
+        "plan: `warmup_s` of observed load first, then the shape the operator started with may "
+        "go (a fold only where `young_fold_cv` finds the load steady)."))
 
 
 @dataclass(frozen=True)
@@ -117,8 +128,7 @@ class PoolShape:
         return self.power_w + self.held_gpu_w * self.tensor_parallel * self.instances
 
 
-def planning_slo(lengths: LengthClassConfig, cls: str, headroom: float, ttft_headroom: float) -> SLO:
-    slo = lengths.slo(cls)
+def planning_slo(slo: SLO, headroom: float, ttft_headroom: float) -> SLO:
     return SLO(ttft_s=slo.ttft_s * ttft_headroom, tbt_s=slo.tbt_s * headroom)
 
 
@@ -173,18 +183,19 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
     a prompt waits behind another class's."""
     loaded = [cls for cls, rate in rates.items() if rate > 0]
     solo_ttft_s = {cls: at[1] if (at := profile.at(cls, tp, clock_mhz, 0.0)) is not None else 0.0 for cls in loaded}
+    slos = {cls: lengths.slo(cls) for cls in loaded}  # the planner's hot loop: one SLO per class
 
     def wait_behind_s(cls: str, other: str) -> float:
         if not cross_class_wait:
             return 0.0
-        if deadline_step_s is None or lengths.slo(other).ttft_s <= lengths.slo(cls).ttft_s:
+        if deadline_step_s is None or slos[other].ttft_s <= slos[cls].ttft_s:
             return solo_ttft_s[other]
         return min(solo_ttft_s[other], deadline_step_s / 2)
 
     need = 0.0
     for cls in loaded:
         wait_s = max((wait_behind_s(cls, other) for other in loaded if other != cls), default=0.0)
-        slo = planning_slo(lengths, cls, headroom, ttft_headroom or headroom)
+        slo = planning_slo(slos[cls], headroom, ttft_headroom or headroom)
         if slo.ttft_s <= wait_s:
             return None
         cap = profile.capacity(cls, tp, clock_mhz, SLO(ttft_s=slo.ttft_s - wait_s, tbt_s=slo.tbt_s))
@@ -403,6 +414,25 @@ class PoolShapePlanner:
         """Whether the pool was first planned less than `warmup_s` ago (a pool not yet
         planned is: its first plan is now)."""
         return now_s - self._first_planned_s.get(pool, now_s) < self.config.warmup_s
+
+    def may_newly_fold(self, pools: Collection[str], now_s: float) -> bool:
+        """Whether these pools' load has shown it steady enough to fold onto one host: none is
+        bursty, and, while one has under `bursty_lookback_s` of history, their summed
+        interactive rate since their ramps varied at most `young_fold_cv`."""
+        cfg = self.config
+        if any(self.is_bursty(p, now_s) for p in pools):
+            return False
+        firsts = [self._first_planned_s.get(p, now_s) for p in pools]
+        if cfg.young_fold_cv is None or now_s - max(firsts) >= cfg.bursty_lookback_s:
+            return True
+        since_s = max(firsts) + cfg.rate_window_s
+        summed: dict[float, float] = {}
+        for p in pools:
+            for t, interactive, _ in self._history.get(p, ()):
+                if t >= since_s:
+                    summed[t] = summed.get(t, 0.0) + sum(interactive.values())
+        totals = np.array(list(summed.values()))
+        return len(totals) > 2 and totals.mean() > 0 and totals.std() / totals.mean() <= cfg.young_fold_cv
 
     def is_bursty(self, pool: str, now_s: float) -> bool:
         """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""

@@ -275,12 +275,12 @@ def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_class
     onto a pool sized for a load that is not the real one."""
     low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    first_epoch = _run(policy, low, policy.config.planner.first_epoch_s + 1.0)
-    assert all(first_epoch.replicas[p] >= 1 for p in POOLS)  # the first epoch falls in the warm-up
-    # The fold is decided at the next pool epoch; the classes move a plan later, once the
-    # medium pool serves the shape planned for them.
-    later = _run(policy, low, policy.config.planner.first_epoch_s + policy.config.pool_epoch_s
-                 + policy.config.plan_interval_s + 1.0, plan=first_epoch)
+    warming = _run(policy, low, policy.config.planner.warmup_s - 1.0)
+    assert all(warming.replicas[p] >= 1 for p in POOLS)
+    # The fold is decided at the first pool epoch, at the warm-up's end (the load is steady);
+    # the classes move a plan later, once the medium pool serves the shape planned for them.
+    later = _run(policy, low, policy.config.planner.first_epoch_s + policy.config.plan_interval_s + 1.0,
+                 plan=warming)
     folded = [p for p in POOLS if later.replicas[p] == 0]
     assert len(folded) == 1
     order = list(POOLS)
@@ -563,6 +563,38 @@ def test_a_pool_plans_for_the_largest_rise_above_its_peak_it_showed(profile) -> 
     assert margin_at(drifting, 1200.0, fixed) == pytest.approx(config.burst_margin)
 
 
+def test_young_pools_fold_only_on_load_that_has_shown_itself_steady(profile) -> None:
+    """Two minutes of conversation traffic vary 0.1-0.3 (std over mean); the coding trace's
+    on/off minutes 0.7-0.9 before its 15-minute window calls them bursty, and the pools it
+    folded at the warm-up's end met 94% of one class's SLOs in the next burst. Pools one of
+    which is young fold only on summed load within `young_fold_cv` after the replicas'
+    rate-window ramp; with a window of history the bursty rule alone decides."""
+    config = ShapePlannerConfig()
+    pools = ("pool-short", "pool-medium")
+
+    def may_fold_at(rate_at, end_s: float, cfg: ShapePlannerConfig = config) -> bool:
+        planner = PoolShapePlanner(profile, cfg, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+        t = 0.0
+        while t <= end_s:
+            ramp = min(t / cfg.rate_window_s, 1.0)  # the replicas' rate windows fill from zero
+            for pool, share in zip(pools, (0.3, 0.7), strict=True):
+                planner.planning_rates(pool, {"MM": ramp * share * rate_at(t)}, 0.0, t)
+            t += 5.0
+        return planner.may_newly_fold(pools, end_s)
+
+    def steady(t: float) -> float:  # 4 req/s +- 10%
+        return 4.0 * (1.0 + 0.1 * math.sin(2 * math.pi * t / 60.0))
+
+    def on_off(t: float) -> float:  # 3 req/s for 20 s in every 40, 0.75 in between: CV 0.6
+        return 3.0 if t % 40.0 < 20.0 else 0.75
+
+    assert may_fold_at(steady, 121.0)
+    assert not may_fold_at(on_off, 121.0)
+    assert not may_fold_at(lambda t: 0.0, 121.0)  # silence shows nothing
+    assert may_fold_at(on_off, 121.0, config.model_copy(update={"young_fold_cv": None}))
+    assert may_fold_at(on_off, config.bursty_lookback_s + 10.0)  # under bursty_cv, and old enough
+
+
 def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bursts(profile) -> None:
     """At start the replicas' 30 s arrival-rate windows fill from zero: read as load, the
     ramp looks bursty (the conversation trace's long pool kept the planned clock floor for its
@@ -675,8 +707,10 @@ def test_a_bursty_pool_does_not_newly_fold_and_a_fold_in_force_stays(profile) ->
     kept = run(bursty, bursts, until_s)
     assert bursty.planner.is_bursty("pool-short", until_s)
     assert kept.replicas["pool-short"] >= 1 and kept.routing_weights["SS"] == {"pool-short": 1.0}
-    # The same arrivals read as steady (no CV crosses `bursty_cv`) fold the short pool.
-    steady_config = config.model_copy(update={"planner": config.planner.model_copy(update={"bursty_cv": 1e9})})
+    # The same arrivals read as steady (no CV crosses `bursty_cv`, a young pool's load unchecked)
+    # fold the short pool.
+    steady_config = config.model_copy(update={"planner": config.planner.model_copy(
+        update={"bursty_cv": 1e9, "young_fold_cv": None})})
     steady = WattwisePolicy(steady_config, profile=profile)
     assert run(steady, bursts, until_s).replicas["pool-short"] == 0
     # Folded at steady load, the short pool stays folded through the next epoch once it bursts.
