@@ -57,6 +57,10 @@ def _words(n: int) -> str:
 
 def test_phases_run_on_their_pools_and_kv_moves_or_is_recomputed(served: LocalServe) -> None:
     client = _client(served)
+    # Serve may call a replica ready before the coordinator's poll has heard from it (a
+    # slow first answer on a busy machine); until then its phase runs on the mixed pool.
+    wait_for(lambda: {"pool-prompt", "pool-token"} <= set(_coordinator_stats(served)["deployments"].values()),
+             180, "the coordinator to know a prompt and a token replica")
     first = client.completions.create(model=MODEL, prompt=_words(60), max_tokens=16)
     assert first.usage.completion_tokens == 16 and len(first.choices[0].text.split()) == 16
     split = first.model_extra["wattwise"]["splitwise"]
