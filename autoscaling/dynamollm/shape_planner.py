@@ -39,7 +39,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.classes import LengthClassConfig
-from core.slo import SLO
 from energy.profile import EnergyProfile
 
 
@@ -128,10 +127,6 @@ class PoolShape:
         return self.power_w + self.held_gpu_w * self.tensor_parallel * self.instances
 
 
-def planning_slo(slo: SLO, headroom: float, ttft_headroom: float) -> SLO:
-    return SLO(ttft_s=slo.ttft_s * ttft_headroom, tbt_s=slo.tbt_s * headroom)
-
-
 @dataclass(frozen=True)
 class Dilation:
     """A pool whose engine runs `slowdown` times slower than the profile, as the profile's
@@ -195,10 +190,11 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
     need = 0.0
     for cls in loaded:
         wait_s = max((wait_behind_s(cls, other) for other in loaded if other != cls), default=0.0)
-        slo = planning_slo(slos[cls], headroom, ttft_headroom or headroom)
-        if slo.ttft_s <= wait_s:
+        # The targets the headrooms leave, as floats (an SLO object validates: the planner's hot loop).
+        ttft_s = slos[cls].ttft_s * (ttft_headroom or headroom)
+        if ttft_s <= wait_s:
             return None
-        cap = profile.capacity(cls, tp, clock_mhz, SLO(ttft_s=slo.ttft_s - wait_s, tbt_s=slo.tbt_s))
+        cap = profile.capacity_within(cls, tp, clock_mhz, ttft_s - wait_s, slos[cls].tbt_s * headroom)
         if cap <= 0:
             return None
         need += rates[cls] / cap
@@ -212,7 +208,7 @@ def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, cloc
     its power is idle plus each class's power above idle at U of that class's top rate,
     weighted by the class's share of U. One class alone is its own curve; a mix is not the
     sum of its classes' curves, which would charge each class a busy GPU of its own."""
-    idle_w = _idle_w(profile, tp, clock_mhz)
+    idle_w = profile.lightest_power_w(tp, clock_mhz)
     tops = {cls: top for cls, rate in rates.items()
             if rate > 0 and (top := profile.max_rate_per_s(cls, tp, clock_mhz)) > 0}
     shares = {cls: rates[cls] / instances / top for cls, top in tops.items()}
@@ -223,11 +219,6 @@ def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, cloc
         if at is not None:
             busy_w += share / utilisation * max(at[0] - idle_w, 0.0)
     return instances * (idle_w + busy_w)
-
-
-def _idle_w(profile: EnergyProfile, tp: int, clock_mhz: int) -> float:
-    lightest = [profile.at(cls, tp, clock_mhz, 0.0) for cls in profile.classes]
-    return min((v[0] for v in lightest if v is not None), default=0.0)
 
 
 def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: LengthClassConfig,

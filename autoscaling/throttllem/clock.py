@@ -24,7 +24,11 @@ from __future__ import annotations
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
 from autoscaling.throttllem.prompt_arrivals import PromptArrivals
-from autoscaling.throttllem.prompt_deadlines import burst_ready_clock_mhz, prompt_deadline_clock_mhz
+from autoscaling.throttllem.prompt_deadlines import (
+    burst_ready_clock_mhz,
+    decode_share_s,
+    prompt_deadline_clock_mhz,
+)
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
 from batching.continuous_batcher import ContinuousBatcher
 
@@ -65,12 +69,14 @@ class ThrottllemClock:
         lag_s = batcher.longest_clock_lag_s
         clocks = self.projector.synced_table.clocks_mhz
         ready = float(clocks[0])
+        decode_s: float | None = None
         for ttft_s, arrivals in self._prompts.items():
             burst = arrivals.largest_burst(lag_s)
             if burst is None:
                 continue
+            decode_s = decode_share_s(batcher) if decode_s is None else decode_s
             self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, burst, ttft_s, self.config.ttft_headroom,
-                                                            self._ready_mhz.get(ttft_s))
+                                                            self._ready_mhz.get(ttft_s), decode_s)
             ready = max(ready, self._ready_mhz[ttft_s])
         return ready
 

@@ -8,7 +8,7 @@ exact clock. Clock search then costs a gather and a cumulative sum per probe.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # a table is built from M once per machine (replica_policies)
 @dataclass(frozen=True)
 class Lookup:
     """Bilinear corners of a (batch, KV) vector as flat indices into one clock's table, with
-    their weights: reusable across clocks, since the grid is the same at every clock."""
+    their weights: reusable across clocks, since the grid is the same at every clock. It
+    belongs to the table that made it, which keeps the iteration times it read per clock."""
 
     i00: np.ndarray  # (b0, k0)
     i01: np.ndarray  # (b0, k0 + 1)
@@ -30,6 +31,14 @@ class Lookup:
     wk: np.ndarray
     wb_low: np.ndarray  # 1 - wb
     wk_low: np.ndarray  # 1 - wk
+    # IpsTable.iteration_s's answers by clock index (read-only arrays).
+    iteration_s: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+
+    def shifted(self) -> Lookup:
+        """The same vector less its first entry (a projection one iteration on): slices, so
+        the iteration times already read carry over, element for element."""
+        return Lookup(self.i00[1:], self.i01[1:], self.i10[1:], self.i11[1:], self.wb[1:], self.wk[1:],
+                      self.wb_low[1:], self.wk_low[1:], {c: t[1:] for c, t in self.iteration_s.items()})
 
 
 class IpsTable:
@@ -61,12 +70,29 @@ class IpsTable:
         wb, wk = self._wb[b], self._wk[k]
         return Lookup(i00, i00 + 1, i10, i10 + 1, wb, wk, 1 - wb, 1 - wk)
 
+    def one_iteration_s(self, clock_index: int, batch: int, kv_blocks: int) -> float:
+        """`iteration_s` of a single (batch, KV blocks) in scalars (the same arithmetic): the
+        step that just ran, read once per step to correct M."""
+        b, k = min(batch, len(self._row) - 1), min(kv_blocks, len(self._k0) - 1)
+        i00 = int(self._row[b] + self._k0[k])
+        i10 = i00 + len(self.kv_grid)
+        wb, wk = float(self._wb[b]), float(self._wk[k])
+        t = self._flat_iter_s[clock_index]
+        low = float(t[i00]) * (1 - wk) + float(t[i00 + 1]) * wk
+        high = float(t[i10]) * (1 - wk) + float(t[i10 + 1]) * wk
+        return low * (1 - wb) + high * wb
+
     def iteration_s(self, clock_index: int, at: Lookup) -> np.ndarray:
-        """Predicted seconds of each projected iteration at clocks_mhz[clock_index]."""
+        """Predicted seconds of each projected iteration at clocks_mhz[clock_index] (kept on
+        `at`: the clock searches and the "lost" check read the same clocks step after step)."""
+        kept = at.iteration_s.get(clock_index)
+        if kept is not None:
+            return kept
         t = self._flat_iter_s[clock_index]
         low = t[at.i00] * at.wk_low + t[at.i01] * at.wk
         high = t[at.i10] * at.wk_low + t[at.i11] * at.wk
-        return low * at.wb_low + high * at.wb
+        at.iteration_s[clock_index] = out = low * at.wb_low + high * at.wb
+        return out
 
 
 def _corner(grid: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -65,7 +65,7 @@ class ReplicaProjector:
         # The interactive prompt admission last refused (None once one is admitted): it
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
-        self._looked_up: tuple[Projection, Lookup] | None = None
+        self._looked_up: tuple[Projection, IpsTable, Lookup] | None = None
         # The running requests' scoreboard fields at the last sync, by request id.
         self._entries: dict[str, _Entry] = {}
 
@@ -169,8 +169,7 @@ class ReplicaProjector:
         if index >= len(clocks) or clocks[index] != batcher.clock_mhz:
             return
         batch, kv_blocks = board.current(self.now_iter)
-        at = self.table.lookup(np.array([batch]), np.array([kv_blocks]))
-        ratio = (now_s - self._synced_s) / float(self.table.iteration_s(index, at)[0])
+        ratio = (now_s - self._synced_s) / self.table.one_iteration_s(index, batch, kv_blocks)
         self.correction += alpha * (min(max(ratio, 0.5), 4.0) - self.correction)
 
     def mark_lost(self, request_id: str) -> None:
@@ -189,10 +188,20 @@ class ReplicaProjector:
     def lookup(self, projection: Projection) -> Lookup:
         """M's grid corners for `projection`, kept for the last one asked: the scoreboard hands
         out the same projection until its entries change, and the "lost" check, admission and
-        the clock search each ask for it in a step."""
-        if self._looked_up is None or self._looked_up[0] is not projection:
-            self._looked_up = (projection, self.synced_table.lookup(projection.batch, projection.kv_blocks))
-        return self._looked_up[1]
+        the clock search each ask for it in a step. A step that only decoded moves the last
+        projection one iteration on, and its corners (and the iteration times read) with it."""
+        table = self.synced_table
+        kept = self._looked_up
+        if kept is not None and kept[1] is table:
+            last, _, at = kept
+            if last is projection:
+                return at
+            if projection.origin is not None and projection.origin == last.origin \
+                    and projection.offset == last.offset + 1:
+                self._looked_up = (projection, table, at.shifted())
+                return self._looked_up[2]
+        self._looked_up = (projection, table, table.lookup(projection.batch, projection.kv_blocks))
+        return self._looked_up[2]
 
     def deadline_lines(self, projection: Projection) -> DeadlineLines:
         """Every deadline at every token up to its projected end: what the clock search holds."""

@@ -27,11 +27,24 @@ from autoscaling.throttllem.clock_search import lowest_passing_index
 from batching.continuous_batcher import ContinuousBatcher
 
 
+def decode_share_s(batcher: ContinuousBatcher) -> float:
+    """What the running decodes add to each step of a prefill, at the top clock."""
+    context, decoding = 0, 0
+    for s in batcher.running:
+        if s.prefilled >= s.prefill_target:
+            context += s.request.prompt_tokens + s.generated
+            decoding += 1
+    return batcher.perf.decode_marginal_s(decoding, float(context), batcher.tensor_parallel,
+                                          batcher.perf.gpu.max_clock_mhz)
+
+
 class PrefillWork:
     """Prompts prefilled in this order on a replica beside its running decodes: when each
     one's prefill ends, from now, at a clock."""
 
-    def __init__(self, batcher: ContinuousBatcher, left: np.ndarray, target: np.ndarray) -> None:
+    def __init__(self, batcher: ContinuousBatcher, left: np.ndarray, target: np.ndarray,
+                 decode_s: float | None = None) -> None:
+        """`decode_s`: decode_share_s(batcher), where the caller already has it."""
         perf = batcher.perf
         tp, top = batcher.tensor_parallel, perf.gpu.max_clock_mhz
         self.perf = perf
@@ -41,9 +54,7 @@ class PrefillWork:
         per_step_s = perf.prefill_time_s(0, 0.0, tp, top)
         self.prefill_s = np.cumsum(perf.prefill_time_s(left, left * target, tp, top) - per_step_s) \
             + self.steps * per_step_s
-        decoding = [s for s in batcher.running if s.prefilled >= s.prefill_target]
-        context = float(sum(s.context_tokens for s in decoding))
-        self.decode_share_s = perf.decode_marginal_s(len(decoding), context, tp, top)
+        self.decode_share_s = decode_share_s(batcher) if decode_s is None else decode_s
 
     def _done_s(self, prefill_s: Any, steps: Any, clock_mhz: float) -> Any:
         gpu = self.perf.gpu
@@ -98,14 +109,16 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
 
 
 def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, tokens: list[int] | np.ndarray,
-                          ttft_s: float, headroom: float = 1.0, hint_mhz: float | None = None) -> float:
+                          ttft_s: float, headroom: float = 1.0, hint_mhz: float | None = None,
+                          decode_s: float | None = None) -> float:
     """The lowest clock the GPUs may run at so that a burst (`tokens`: the prompt tokens of
     prompts of TTFT target `ttft_s` arriving together just after a clock forward went out)
     still ends its prefills within `headroom` of the TTFT once the top clock it then asks
     for lands, a whole forward period plus the lock's latency later. Below it, only a clock
     already high saves such a burst: a raise would come too late. `hint_mhz`: the last
-    answer for this target, where the search starts."""
+    answer for this target, where the search starts; `decode_s`: decode_share_s(batcher), where
+    the caller has it (one for every burst of a step)."""
     lag_s, top, due_s = batcher.longest_clock_lag_s, float(clocks_mhz[-1]), headroom * ttft_s
-    work = PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float))
+    work = PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float), decode_s)
     return _lowest_fitting(clocks_mhz, lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s, hint_mhz)
 

@@ -24,6 +24,10 @@ class Projection:
     batch: np.ndarray  # B (eq. 1 summed as a count)
     kv_blocks: np.ndarray  # KV (eq. 2)
     remaining: np.ndarray  # per entry: s_i + r_i - k (>= 1)
+    # Which of its scoreboard's fresh projections this one is, and how many iterations on from it
+    # (shifted by as many of them): one of the next offset is this one less its first iteration.
+    origin: int | None = None
+    offset: int = 0
 
 
 class Scoreboard:
@@ -40,6 +44,7 @@ class Scoreboard:
         # The last projection and the iteration it was made at: the admission, the clock and
         # the "lost" check ask for it several times a step, and only new entries change it.
         self._projected: tuple[int, Projection] | None = None
+        self._origins = 0  # fresh projections made
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -106,7 +111,8 @@ class Scoreboard:
             if at == now_iter:
                 return last
             if at == now_iter - 1 and len(last.batch) > 1 and int(last.remaining.min()) > 1:
-                shifted = Projection(last.batch[1:], last.kv_blocks[1:], last.remaining - 1)
+                shifted = Projection(last.batch[1:], last.kv_blocks[1:], last.remaining - 1, last.origin,
+                                     last.offset + 1)
                 self._projected = (now_iter, shifted)
                 return shifted
         projection = self._project(now_iter)
@@ -132,4 +138,5 @@ class Scoreboard:
         if total:
             offsets = np.arange(total) - np.repeat(np.cumsum(count) - count, count)
             diff += np.bincount(np.repeat(first, count) + n_block * offsets, minlength=horizon + 1)
-        return Projection(batch, np.cumsum(diff)[:horizon], remaining)
+        self._origins += 1
+        return Projection(batch, np.cumsum(diff)[:horizon], remaining, self._origins)

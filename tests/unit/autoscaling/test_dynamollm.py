@@ -68,6 +68,23 @@ def test_profile_interpolates_and_bounds_load() -> None:
     assert profile.max_rate_per_s("MM", 8, 800) < top  # lower clock carries less
 
 
+def test_profile_reads_scipys_pchip_to_the_bit() -> None:
+    """The profile evaluates its PCHIP pieces in scalars (the planner's hot loop): the values
+    must be scipy's own, at the profiled loads and between them, or a plan could move."""
+    import numpy as np
+    from scipy.interpolate import PchipInterpolator
+
+    profile = build_profile(default_perf_model())
+    rng = np.random.default_rng(4)
+    for (cls, tp, clock) in [("MM", 8, 1980), ("LL", 2, 800), ("SS", 4, 1400), ("LS", 8, 1200)]:
+        points = sorted((p for p in profile.points if (p.length_class, p.tp, p.clock_mhz) == (cls, tp, clock)),
+                        key=lambda p: p.rate_per_s)
+        rates = np.array([p.rate_per_s for p in points])
+        scipy_pchip = PchipInterpolator(rates, [[p.power_w, p.ttft_s, p.tbt_s] for p in points], axis=0)
+        for rate in [*rates[1:].tolist(), *rng.uniform(rates[0], rates[-1], 200).tolist()]:
+            assert profile.at(cls, tp, clock, rate) == tuple(float(v) for v in scipy_pchip(rate))
+
+
 def test_profile_round_trips_through_json(tmp_path) -> None:
     profile = build_profile(default_perf_model())
     profile.save(tmp_path / "p.json")

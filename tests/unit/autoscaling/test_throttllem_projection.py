@@ -168,3 +168,42 @@ def test_current_iteration_equals_the_projections_first_entry():
                     generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool))
         projection = board.project(now)
         assert board.current(now) == (int(projection.batch[0]), int(projection.kv_blocks[0]))
+
+
+def test_a_moved_projection_reads_the_iteration_times_of_a_fresh_one():
+    """The projector moves its lookup in M (and the iteration times it read at each clock) with
+    a projection that moved one iteration on: the clock searches must read what a fresh lookup
+    of the same projection reads, element for element, and a new entry must look up afresh."""
+    projector, batcher = _projector_on_a_batch([f"r{i}" for i in range(6)])
+    projector.sync(batcher, 0.0)
+    table, top = projector.synced_table, len(projector.synced_table.clocks_mhz) - 1
+    t, moved = 0.0, 0
+    for _ in range(30):
+        projector.sync(batcher, t)
+        projection = projector.project()
+        at = projector.lookup(projection)
+        moved += projection.offset > 0
+        fresh = table.lookup(projection.batch, projection.kv_blocks)
+        for clock in (0, top // 2, top):
+            np.testing.assert_array_equal(table.iteration_s(clock, at), table.iteration_s(clock, fresh))
+        batcher.finish_step(batcher.plan_step(t))
+        t += 0.05
+    assert moved > 20  # the same entries decoded: each step moved the last projection
+    projector.scoreboard.insert_virtual("new", projector.now_iter, 3000, 200, 1e9, 0.0)
+    grown = projector.project()
+    assert grown.offset == 0
+    np.testing.assert_array_equal(table.iteration_s(top, projector.lookup(grown)),
+                                  table.iteration_s(top, table.lookup(grown.batch, grown.kv_blocks)))
+    projector.scoreboard.rollback()
+
+
+def test_one_iteration_in_scalars_is_the_vector_lookups_to_the_bit():
+    projector, batcher = _projector_on_a_batch(["a"])
+    projector.sync(batcher, 0.0)
+    table = projector.synced_table
+    rng = np.random.default_rng(2)
+    batch, kv = rng.integers(0, 600, 300), rng.integers(0, 200_000, 300)  # past the grid's ends too
+    at = table.lookup(batch, kv)
+    for clock in (0, len(table.clocks_mhz) - 1):
+        vector = table.iteration_s(clock, at)
+        assert [table.one_iteration_s(clock, int(b), int(k)) for b, k in zip(batch, kv)] == vector.tolist()
