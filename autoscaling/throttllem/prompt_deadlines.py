@@ -32,7 +32,7 @@ def decode_share_s(batcher: ContinuousBatcher) -> float:
     context, decoding = 0, 0
     for s in batcher.running:
         if s.prefilled >= s.prefill_target:
-            context += s.request.prompt_tokens + s.generated
+            context += s.context_tokens
             decoding += 1
     return batcher.perf.decode_marginal_s(decoding, float(context), batcher.tensor_parallel,
                                           batcher.perf.gpu.max_clock_mhz)
