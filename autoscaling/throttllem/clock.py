@@ -23,8 +23,9 @@ from __future__ import annotations
 
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.projector import ReplicaProjector
-from autoscaling.throttllem.prompt_arrivals import PromptArrivals
+from autoscaling.throttllem.prompt_arrivals import Burst, PromptArrivals
 from autoscaling.throttllem.prompt_deadlines import (
+    PrefillWork,
     burst_ready_clock_mhz,
     decode_share_s,
     prompt_deadline_clock_mhz,
@@ -47,6 +48,8 @@ class ThrottllemClock:
         self._target_index: int | None = None
         self._prompts_mhz: float | None = None
         self._ready_mhz: dict[float, float] = {}  # by TTFT target
+        # Each TTFT target's largest burst's prefills, and what they were worked out for.
+        self._bursts: dict[float, tuple[tuple[int, int, int, int], PrefillWork]] = {}
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
         """Record the prompts that arrived since the last step, in arrival order (the queue
@@ -61,6 +64,7 @@ class ThrottllemClock:
         horizon_s = now_s - self.config.ready_prompt_window_s
         for ttft_s in [t for t, arrivals in self._prompts.items() if not arrivals.forget_before(horizon_s)]:
             del self._prompts[ttft_s]
+            self._bursts.pop(ttft_s, None)
 
     def ready_clock_mhz(self, batcher: ContinuousBatcher) -> float:
         """The clock below which the largest recent burst of prompts of each TTFT target (the
@@ -75,10 +79,22 @@ class ThrottllemClock:
             if burst is None:
                 continue
             decode_s = decode_share_s(batcher) if decode_s is None else decode_s
-            self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, burst, ttft_s, self.config.ttft_headroom,
-                                                            self._ready_mhz.get(ttft_s), decode_s)
+            work = self._burst_work(batcher, ttft_s, burst, decode_s)
+            self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, work, ttft_s, self.config.ttft_headroom,
+                                                            self._ready_mhz.get(ttft_s))
             ready = max(ready, self._ready_mhz[ttft_s])
         return ready
+
+    def _burst_work(self, batcher: ContinuousBatcher, ttft_s: float, burst: Burst, decode_s: float) -> PrefillWork:
+        """The burst's prefills beside this step's decodes, worked out again only when the
+        burst or the step's token budget changed (it usually stays for many refreshes)."""
+        key = (burst.first, len(burst.tokens), batcher.tensor_parallel, batcher.step_tokens)
+        kept = self._bursts.get(ttft_s)
+        if kept is not None and kept[0] == key:
+            return kept[1].beside(decode_s)
+        work = PrefillWork.of_burst(batcher, burst.tokens, decode_s)
+        self._bursts[ttft_s] = (key, work)
+        return work
 
     def target_clock_mhz(self, now_s: float) -> float | None:
         """The lowest passing clock for the committed scoreboard (None: nothing runs)."""

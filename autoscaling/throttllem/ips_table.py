@@ -53,6 +53,7 @@ class IpsTable:
         # Seconds per iteration, clocks x batch levels x KV levels.
         self.iter_s = (1.0 / model.predict(features)).reshape(c.shape)
         self._flat_iter_s = self.iter_s.reshape(len(self.clocks_mhz), -1)
+        self._clock_index = {float(c): i for i, c in enumerate(self.clocks_mhz)}
         # Batch and KV blocks are counts and the grids end on integers, so each count's
         # corner and weight are tabulated once: a lookup is a gather (per step, the
         # projection's whole horizon is looked up), and a count past the grid's end
@@ -69,6 +70,10 @@ class IpsTable:
         i10 = i00 + len(self.kv_grid)
         wb, wk = self._wb[b], self._wk[k]
         return Lookup(i00, i00 + 1, i10, i10 + 1, wb, wk, 1 - wb, 1 - wk)
+
+    def clock_index(self, clock_mhz: float) -> int | None:
+        """The index of a supported clock; None for one the table does not hold."""
+        return self._clock_index.get(clock_mhz)
 
     def one_iteration_s(self, clock_index: int, batch: int, kv_blocks: int) -> float:
         """`iteration_s` of a single (batch, KV blocks) in scalars (the same arithmetic): the

@@ -23,7 +23,7 @@ import numpy as np
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection, Scoreboard
-from autoscaling.throttllem.slo_checks import DeadlineLines, Verdict, check
+from autoscaling.throttllem.slo_checks import DeadlineLines, Verdict, check, late_entries
 from batching.continuous_batcher import RunningBatch, Sequence
 
 
@@ -46,6 +46,30 @@ class _Entry:
     deadline_per_token_s: float
 
 
+@dataclass(frozen=True)
+class _Rows:
+    """The scoreboard's columns that only entries move, kept while the running batch holds the
+    same entries (most steps only decode). Read-only: a change copies."""
+
+    entries: list[_Entry]
+    ids: list[str]
+    tokens: list[int]
+    input_tokens: np.ndarray
+    output_tokens: np.ndarray
+    deadline_s: np.ndarray
+    deadline_per_token_s: np.ndarray
+    tbt_s: float  # the tightest TBT target among them
+
+    @classmethod
+    def of(cls, entries: list[_Entry], running: list[Sequence]) -> _Rows:
+        tokens = [e.tokens for e in entries]
+        return cls(entries, [e.request_id for e in entries], tokens,
+                   np.array([e.prompt_tokens for e in entries], dtype=np.int64), np.array(tokens, dtype=np.int64),
+                   np.array([e.deadline_s for e in entries], dtype=np.float64),
+                   np.array([e.deadline_per_token_s for e in entries], dtype=np.float64),
+                   min((s.request.slo.tbt_s for s in running), default=math.inf))
+
+
 class ReplicaProjector:
     def __init__(self, config: ThrottllemConfig, table_for: Callable[[int, int, int], IpsTable],
                  block_size: int) -> None:
@@ -66,8 +90,9 @@ class ReplicaProjector:
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
         self._looked_up: tuple[Projection, IpsTable, Lookup] | None = None
-        # The running requests' scoreboard fields at the last sync, by request id.
+        # The running requests' scoreboard fields at the last sync, by request id, and as rows.
         self._entries: dict[str, _Entry] = {}
+        self._rows = _Rows.of([], [])
 
     @property
     def headroom(self) -> float:
@@ -107,31 +132,27 @@ class ReplicaProjector:
         self.table = self.table_for(batcher.tensor_parallel, batcher.batch_limit, batcher.kv_blocks_total)
         self.kv_blocks_total = batcher.kv_blocks_total
         running = batcher.running
-        entries = [self._entry(s) for s in running]
-        self._entries = {e.request_id: e for e in entries}
-        tokens = [e.tokens for e in entries]
-        ids = [e.request_id for e in entries]
-        self.scoreboard.reset(
-            ids,
-            np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
-            np.array([e.prompt_tokens for e in entries], dtype=np.int64),
-            np.array(tokens, dtype=np.int64),
-            np.array([e.deadline_s for e in entries], dtype=np.float64),
-            np.array([e.deadline_per_token_s for e in entries], dtype=np.float64),
-            np.array([i in self._lost_ids for i in ids], dtype=bool),
-        )
-        self.tbt_s = min((s.request.slo.tbt_s for s in running), default=math.inf)
+        last = self._entries
+        entries = [e if (e := last.get(s.request_id)) is not None and e.first_token_s == s.first_token_s
+                   and s.generated < e.tokens else self._entry(s) for s in running]
+        if len(entries) != len(self._rows.entries) or any(a is not b for a, b in zip(entries, self._rows.entries)):
+            self._entries = {e.request_id: e for e in entries}
+            self._rows = _Rows.of(entries, running)
+        rows, board = self._rows, self.scoreboard
+        lost_ids = self._lost_ids
+        board.reset(rows.ids, np.array([self.now_iter - s.generated for s in running], dtype=np.int64),
+                    rows.input_tokens, rows.output_tokens, rows.deadline_s, rows.deadline_per_token_s,
+                    np.array([i in lost_ids for i in rows.ids], dtype=bool) if lost_ids
+                    else np.zeros(len(rows.ids), dtype=bool))
+        self.tbt_s = rows.tbt_s
         if running:
-            self._mark_lost(running, tokens, now_s)
-        self._lost_ids = {i for i, lost in zip(ids, self.scoreboard.lost) if lost}
+            self._mark_lost(running, rows.tokens, now_s)
+        self._lost_ids = {rows.ids[i] for i in np.flatnonzero(board.lost)} if board.lost.any() else set()
 
     def _entry(self, seq: Sequence) -> _Entry:
-        """The request's scoreboard fields, worked out again only when they can have moved: a
-        request outliving its projected length, or its first token (the mean-TBT line) coming
-        out. The rest of a step's sync is per-step arithmetic on arrays."""
-        last = self._entries.get(seq.request_id)
-        if last is not None and last.first_token_s == seq.first_token_s and seq.generated < last.tokens:
-            return last
+        """The request's scoreboard fields, worked out again (sync keeps the last ones) only
+        when they can have moved: a new request, one outliving its projected length, or its
+        first token (the mean-TBT line) coming out."""
         tokens = self.projected_tokens(seq)
         return _Entry(seq.request_id, seq.first_token_s, seq.request.prompt_tokens, tokens,
                       self.deadline_s(seq, tokens), deadline_per_token_s(seq))
@@ -141,14 +162,16 @@ class ReplicaProjector:
         given up first (the request keeps its E2E deadline), so one request's hand-off gap
         does not hold its replica at max clock."""
         board = self.scoreboard
-        late = self.check_at_max(self.project(), now_s).late & ~board.lost
+        late = self.late_at_max(self.project(), now_s) & ~board.lost
+        if not late.any():
+            return
         behind = np.flatnonzero(late)
-        if len(behind):
-            e2e = np.array([self.e2e_deadline_s(running[i], tokens[i]) for i in behind])
-            given_up = e2e > board.deadline_s[behind]
-            if given_up.any():
-                board.deadline_s[behind[given_up]] = e2e[given_up]
-                late = self.check_at_max(self.project(), now_s).late & ~board.lost
+        e2e = np.array([self.e2e_deadline_s(running[i], tokens[i]) for i in behind])
+        given_up = e2e > board.deadline_s[behind]
+        if given_up.any():
+            board.deadline_s = board.deadline_s.copy()  # the kept rows' own stays as built
+            board.deadline_s[behind[given_up]] = e2e[given_up]
+            late = self.late_at_max(self.project(), now_s) & ~board.lost
         if late.any():
             board.lost |= late
             self.changed = True
@@ -164,9 +187,8 @@ class ReplicaProjector:
         ran = set(board.ids)
         if not any(s.request_id in ran for s in batcher.running):
             return
-        clocks = self.table.clocks_mhz
-        index = int(np.searchsorted(clocks, batcher.clock_mhz))
-        if index >= len(clocks) or clocks[index] != batcher.clock_mhz:
+        index = self.table.clock_index(batcher.clock_mhz)
+        if index is None:
             return
         batch, kv_blocks = board.current(self.now_iter)
         ratio = (now_s - self._synced_s) / self.table.one_iteration_s(index, batch, kv_blocks)
@@ -219,3 +241,10 @@ class ReplicaProjector:
 
     def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
         return self.check_at(len(self.synced_table.clocks_mhz) - 1, projection, now_s, tbt_s)
+
+    def late_at_max(self, projection: Projection, now_s: float) -> np.ndarray:
+        """`check_at_max(...).late` without the TBT mean: the "lost" check of every step."""
+        table = self.synced_table
+        lines = DeadlineLines.at_ends(projection.remaining, self.scoreboard.deadline_s)
+        return late_entries(table, len(table.clocks_mhz) - 1, self.lookup(projection), projection, lines, now_s,
+                            self.headroom)

@@ -18,7 +18,8 @@ request, best effort); feasibility only grows with the clock, so a bisection fin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -56,6 +57,20 @@ class PrefillWork:
             + self.steps * per_step_s
         self.decode_share_s = decode_share_s(batcher) if decode_s is None else decode_s
 
+    @classmethod
+    def of_burst(cls, batcher: ContinuousBatcher, tokens: Sequence[int] | np.ndarray,
+                 decode_s: float | None = None) -> PrefillWork:
+        """Prompts of `tokens` arriving together, each prefilled whole."""
+        whole = np.asarray(tokens, dtype=float)
+        return cls(batcher, whole, whole, decode_s)
+
+    def beside(self, decode_s: float) -> PrefillWork:
+        """The same prefills beside running decodes that add `decode_s` to each step: a
+        burst's prefills stay put while the batch it would join changes step by step."""
+        work = copy.copy(self)
+        work.decode_share_s = decode_s
+        return work
+
     def _done_s(self, prefill_s: Any, steps: Any, clock_mhz: float) -> Any:
         gpu = self.perf.gpu
         return (prefill_s * self.perf.stretch(gpu.prompt_compute_share, clock_mhz)
@@ -66,10 +81,15 @@ class PrefillWork:
 
     def finish_s(self, lag_s: float, present_mhz: float, new_mhz: float) -> np.ndarray:
         """At `present_mhz` for `lag_s` (until a clock chosen now lands), then at `new_mhz`."""
+        return self.after_lag(lag_s, present_mhz)(new_mhz)
+
+    def after_lag(self, lag_s: float, present_mhz: float) -> Callable[[float], np.ndarray]:
+        """`finish_s` at any new clock, the part at the present clock worked out once: a clock
+        search tries several new clocks for the same lag."""
         at_present = self.done_s(present_mhz)
         past_lag = at_present > lag_s
         rest = (at_present - lag_s) / np.where(past_lag, at_present, 1.0)
-        return np.where(past_lag, lag_s + rest * self.done_s(new_mhz), at_present)
+        return lambda new_mhz: np.where(past_lag, lag_s + rest * self.done_s(new_mhz), at_present)
 
     def last_finish_s(self, lag_s: float, present_mhz: float, new_mhz: float) -> float:
         """`finish_s(...)[-1]` in scalars (the same arithmetic): a burst's clock search reads
@@ -97,28 +117,28 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     at that clock, so a prompt already late for the raise asks for more of it. `hint_mhz`: the
     last answer, where the search starts."""
     queue = batcher.prefill_queue(now_s)
-    waits = np.array([s.request.service_class != "batch" and s.generated == 0 for s in queue], dtype=bool)
+    if not queue:
+        return None
+    # Per prompt in one pass: tokens left, its whole prefill, when it is due, whether it waits.
+    rows = np.array([(s.prefill_target - s.prefilled, s.prefill_target,
+                      s.request.arrival_s + headroom * s.request.slo.ttft_s,
+                      s.request.service_class != "batch" and s.generated == 0) for s in queue], dtype=float)
+    waits = rows[:, 3] != 0
     if not waits.any():
         return None
-    work = PrefillWork(batcher, np.array([s.prefill_target - s.prefilled for s in queue], dtype=float),
-                       np.array([s.prefill_target for s in queue], dtype=float))
-    due_s = (np.array([s.request.arrival_s + headroom * s.request.slo.ttft_s for s in queue]) - now_s)[waits]
-    lag_s = batcher.clock_lands_s(now_s) - now_s
-    return _lowest_fitting(clocks_mhz, lambda clock: bool(np.all(
-        work.finish_s(lag_s, batcher.clock_mhz, clock)[waits] <= due_s)), hint_mhz)
+    work = PrefillWork(batcher, rows[:, 0], rows[:, 1])
+    due_s = (rows[:, 2] - now_s)[waits]
+    finish_s = work.after_lag(batcher.clock_lands_s(now_s) - now_s, batcher.clock_mhz)
+    return _lowest_fitting(clocks_mhz, lambda clock: bool(np.all(finish_s(clock)[waits] <= due_s)), hint_mhz)
 
 
-def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, tokens: list[int] | np.ndarray,
-                          ttft_s: float, headroom: float = 1.0, hint_mhz: float | None = None,
-                          decode_s: float | None = None) -> float:
-    """The lowest clock the GPUs may run at so that a burst (`tokens`: the prompt tokens of
-    prompts of TTFT target `ttft_s` arriving together just after a clock forward went out)
-    still ends its prefills within `headroom` of the TTFT once the top clock it then asks
-    for lands, a whole forward period plus the lock's latency later. Below it, only a clock
-    already high saves such a burst: a raise would come too late. `hint_mhz`: the last
-    answer for this target, where the search starts; `decode_s`: decode_share_s(batcher), where
-    the caller has it (one for every burst of a step)."""
+def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, burst: PrefillWork, ttft_s: float,
+                          headroom: float = 1.0, hint_mhz: float | None = None) -> float:
+    """The lowest clock the GPUs may run at so that a burst (`burst`: the prefills of prompts
+    of TTFT target `ttft_s` arriving together just after a clock forward went out, beside the
+    running decodes) still ends its prefills within `headroom` of the TTFT once the top clock
+    it then asks for lands, a whole forward period plus the lock's latency later. Below it,
+    only a clock already high saves such a burst: a raise would come too late. `hint_mhz`:
+    the last answer for this target, where the search starts."""
     lag_s, top, due_s = batcher.longest_clock_lag_s, float(clocks_mhz[-1]), headroom * ttft_s
-    work = PrefillWork(batcher, np.array(tokens, dtype=float), np.array(tokens, dtype=float), decode_s)
-    return _lowest_fitting(clocks_mhz, lambda clock: work.last_finish_s(lag_s, clock, top) <= due_s, hint_mhz)
-
+    return _lowest_fitting(clocks_mhz, lambda clock: burst.last_finish_s(lag_s, clock, top) <= due_s, hint_mhz)

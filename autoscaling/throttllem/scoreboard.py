@@ -52,10 +52,11 @@ class Scoreboard:
     def reset(self, ids: list[str], start: np.ndarray, input_tokens: np.ndarray, output_tokens: np.ndarray,
               deadline_s: np.ndarray, deadline_per_token_s: np.ndarray, lost: np.ndarray) -> None:
         """Replace every entry (the replica's running batch, re-read each step)."""
-        # Compared only when a kept projection could be reused.
+        # Compared only when a kept projection could be reused (columns kept between steps
+        # come back as the same arrays).
         same = (self._projected is not None and ids == self.ids and np.array_equal(start, self.start)
-                and np.array_equal(input_tokens, self.input_tokens)
-                and np.array_equal(output_tokens, self.output_tokens))
+                and (input_tokens is self.input_tokens or np.array_equal(input_tokens, self.input_tokens))
+                and (output_tokens is self.output_tokens or np.array_equal(output_tokens, self.output_tokens)))
         self.ids = list(ids)
         self.start, self.input_tokens, self.output_tokens = start, input_tokens, output_tokens
         self.deadline_s, self.deadline_per_token_s, self.lost = deadline_s, deadline_per_token_s, lost
@@ -97,6 +98,8 @@ class Scoreboard:
     def current(self, now_iter: int) -> tuple[int, int]:
         """(B, KV) of iteration now_iter alone: `project(now_iter)`'s first entries in O(n),
         for the per-step correction of M that needs nothing further ahead."""
+        if self._projected is not None and self._projected[0] == now_iter:  # its first entries
+            return len(self.ids), int(self._projected[1].kv_blocks[0])
         a = now_iter - self.start + self.input_tokens + self.block_size
         return len(self.ids), int((a // self.block_size).sum())
 

@@ -106,6 +106,14 @@ def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection,
     return Verdict(float(np.add.reduce(iter_s)) / len(iter_s) <= tbt_s, late)  # eq. 4
 
 
+def late_entries(table: IpsTable, clock_index: int, at: Lookup, projection: Projection, lines: DeadlineLines,
+                 now_s: float, headroom: float = 1.0) -> np.ndarray:
+    """`check(...).late` alone (eq. 3), for a caller that does not read the TBT mean."""
+    if len(projection.batch) == 0:
+        return np.zeros(len(lines.end_s), dtype=bool)
+    return lines.late(np.cumsum(table.iteration_s(clock_index, at) / headroom), now_s)
+
+
 def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, lines: DeadlineLines,
                          ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0,
                          hint: int | None = None) -> int:
@@ -113,13 +121,16 @@ def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, li
     if none does. Searched from `hint`, the last answer (clock_search). The ends alone first
     (cheap): the clock that holds every token is at or above the one that holds the ends, and
     usually the same."""
+    elapsed: dict[int, np.ndarray | None] = {}  # by clock index: None where the TBT mean fails
+
     def passes(clock_index: int, every_token: bool) -> bool:  # check(...).passes(ignore), stopping early
         if len(projection.batch) == 0:
             return True
-        iter_s = table.iteration_s(clock_index, at) / headroom
-        if float(np.add.reduce(iter_s)) / len(iter_s) > tbt_s:
-            return False
-        return not lines.any_late(np.cumsum(iter_s), now_s, ignore, every_token)
+        if clock_index not in elapsed:  # the ends and every token read the same clocks
+            iter_s = table.iteration_s(clock_index, at) / headroom
+            elapsed[clock_index] = None if float(np.add.reduce(iter_s)) / len(iter_s) > tbt_s else np.cumsum(iter_s)
+        cumulative = elapsed[clock_index]
+        return cumulative is not None and not lines.any_late(cumulative, now_s, ignore, every_token)
 
     top = len(table.clocks_mhz) - 1
     ends = lowest_passing_index(0, top, lambda i: passes(i, every_token=False), hint)

@@ -173,8 +173,8 @@ def test_a_raise_that_lands_late_asks_for_more_clock() -> None:
 def ready_clock_mhz(batcher, clocks, bursts, headroom: float = 1.0) -> float:
     """The highest of the bursts' ready clocks, the lowest clock when there is none (as
     ThrottllemClock.ready_clock_mhz combines them)."""
-    return max((burst_ready_clock_mhz(batcher, clocks, tokens, ttft_s, headroom) for tokens, ttft_s in bursts),
-               default=float(clocks[0]))
+    return max((burst_ready_clock_mhz(batcher, clocks, PrefillWork.of_burst(batcher, tokens), ttft_s, headroom)
+                for tokens, ttft_s in bursts), default=float(clocks[0]))
 
 
 def test_the_ready_clock_holds_what_a_late_raise_could_not_save() -> None:
@@ -246,8 +246,50 @@ def test_a_burst_is_the_window_of_one_lag_holding_the_most_tokens_and_old_prompt
     arrivals = PromptArrivals()
     for at_s, tokens in ((0.0, 100), (0.1, 100), (0.5, 150), (2.0, 120), (2.05, 120), (9.0, 10)):
         arrivals.add(at_s, tokens)
-    assert list(arrivals.largest_burst(0.2)) == [120, 120]  # 240 tokens, over 0.0-0.1's 200
-    assert list(arrivals.largest_burst(0.0)) == [150]  # one prompt alone: the largest
-    assert list(arrivals.largest_burst(10.0)) == [100, 100, 150, 120, 120, 10]
-    assert arrivals.forget_before(2.0) and list(arrivals.largest_burst(10.0)) == [120, 120, 10]
+    def burst(lag_s: float) -> list[int]:
+        found = arrivals.largest_burst(lag_s)
+        assert found is not None
+        return list(found.tokens)
+
+    assert burst(0.2) == [120, 120]  # 240 tokens, over 0.0-0.1's 200
+    assert burst(0.0) == [150]  # one prompt alone: the largest
+    assert burst(10.0) == [100, 100, 150, 120, 120, 10]
+    assert arrivals.forget_before(2.0) and burst(10.0) == [120, 120, 10]
     assert not arrivals.forget_before(9.5) and arrivals.largest_burst(1.0) is None
+
+
+def _largest_window(at_s: list[float], tokens: list[int], lag_s: float) -> list[int] | None:
+    """The largest burst searched afresh over every window (what PromptArrivals keeps)."""
+    if not at_s:
+        return None
+    held = np.concatenate(([0], np.cumsum(tokens)))
+    first = np.searchsorted(np.array(at_s), np.array(at_s) - lag_s, side="left")
+    totals = held[1:] - held[first]
+    last = int(np.argmax(totals))
+    return None if totals[last] <= 0 else tokens[first[last]:last + 1]
+
+
+def test_the_kept_burst_is_the_one_a_fresh_search_finds_as_prompts_come_and_go() -> None:
+    """Arrivals added in bursts, ties, prompts of no tokens, old ones forgotten and the lag
+    changed now and then: the burst kept up to date matches a search over every window, and
+    is the same object while it is the same prompts."""
+    rng = np.random.default_rng(7)
+    arrivals, at_s, tokens, now_s, lag_s = PromptArrivals(), [], [], 0.0, 0.35
+    for step in range(3000):
+        for _ in range(int(rng.poisson(0.8))):
+            now_s += float(rng.choice([0.0, rng.exponential(0.2)]))
+            t = int(rng.choice([0, 100, 100, int(rng.integers(1, 4000))]))
+            arrivals.add(now_s, t)
+            at_s.append(now_s)
+            tokens.append(t)
+        if rng.random() < 0.3:
+            horizon_s = now_s - float(rng.uniform(0.5, 5.0))
+            kept = [i for i, a in enumerate(at_s) if a >= horizon_s]
+            at_s, tokens = [at_s[i] for i in kept], [tokens[i] for i in kept]
+            assert arrivals.forget_before(horizon_s) == bool(at_s)
+        if rng.random() < 0.02:
+            lag_s = float(rng.choice([0.0, 0.1, 0.35, 1.0]))
+        found, expected = arrivals.largest_burst(lag_s), _largest_window(at_s, tokens, lag_s)
+        assert (None if found is None else list(found.tokens)) == expected, step
+        if found is not None:
+            assert arrivals.largest_burst(lag_s) is found

@@ -157,17 +157,23 @@ def test_online_correction_learns_how_much_slower_steps_run_than_m_predicts():
 
 def test_current_iteration_equals_the_projections_first_entry():
     """The per-step correction of M reads only the current iteration: the O(n) shortcut
-    must agree with the full projection."""
+    must agree with the full projection, and the kept projection (fresh or moved one
+    iteration on) with the O(n) sum."""
     rng = np.random.default_rng(0)
     for _ in range(200):
         n = int(rng.integers(1, 40))
         now = int(rng.integers(100, 1000))
         generated = rng.integers(0, 300, n)
-        board = Scoreboard(16)
-        board.reset([str(i) for i in range(n)], now - generated, rng.integers(1, 4000, n),
-                    generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool))
+        entries = ([str(i) for i in range(n)], now - generated, rng.integers(1, 4000, n),
+                   generated + rng.integers(1, 500, n), np.zeros(n), np.zeros(n), np.zeros(n, dtype=bool))
+        board, plain = Scoreboard(16), Scoreboard(16)
+        board.reset(*entries)
+        plain.reset(*entries)
+        summed = board.current(now)  # no projection kept yet: the O(n) sum
         projection = board.project(now)
-        assert board.current(now) == (int(projection.batch[0]), int(projection.kv_blocks[0]))
+        assert summed == (int(projection.batch[0]), int(projection.kv_blocks[0])) == board.current(now)
+        board.project(now + 1)  # moved one iteration on where no entry ends now
+        assert board.current(now + 1) == plain.current(now + 1)
 
 
 def test_a_moved_projection_reads_the_iteration_times_of_a_fresh_one():
