@@ -52,6 +52,7 @@ class _Rows:
     same entries (most steps only decode). Read-only: a change copies."""
 
     entries: list[_Entry]
+    by_id: dict[str, _Entry]
     ids: list[str]
     tokens: list[int]
     input_tokens: np.ndarray
@@ -63,7 +64,7 @@ class _Rows:
     @classmethod
     def of(cls, entries: list[_Entry], running: list[Sequence]) -> _Rows:
         tokens = [e.tokens for e in entries]
-        return cls(entries, [e.request_id for e in entries], tokens,
+        return cls(entries, {e.request_id: e for e in entries}, [e.request_id for e in entries], tokens,
                    np.array([e.prompt_tokens for e in entries], dtype=np.int64), np.array(tokens, dtype=np.int64),
                    np.array([e.deadline_s for e in entries], dtype=np.float64),
                    np.array([e.deadline_per_token_s for e in entries], dtype=np.float64),
@@ -90,8 +91,7 @@ class ReplicaProjector:
         # waits for the running batch to free KV or TBT room, which only a faster clock hastens.
         self.refused_prompt_id: str | None = None
         self._looked_up: tuple[Projection, IpsTable, Lookup] | None = None
-        # The running requests' scoreboard fields at the last sync, by request id, and as rows.
-        self._entries: dict[str, _Entry] = {}
+        # The running requests' scoreboard fields at the last sync, as rows and by request id.
         self._rows = _Rows.of([], [])
 
     @property
@@ -132,11 +132,10 @@ class ReplicaProjector:
         self.table = self.table_for(batcher.tensor_parallel, batcher.batch_limit, batcher.kv_blocks_total)
         self.kv_blocks_total = batcher.kv_blocks_total
         running = batcher.running
-        last = self._entries
+        last = self._rows.by_id
         entries = [e if (e := last.get(s.request_id)) is not None and e.first_token_s == s.first_token_s
                    and s.generated < e.tokens else self._entry(s) for s in running]
         if len(entries) != len(self._rows.entries) or any(a is not b for a, b in zip(entries, self._rows.entries)):
-            self._entries = {e.request_id: e for e in entries}
             self._rows = _Rows.of(entries, running)
         rows, board = self._rows, self.scoreboard
         lost_ids = self._lost_ids
