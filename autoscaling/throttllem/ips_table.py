@@ -53,6 +53,9 @@ class IpsTable:
         # Seconds per iteration, clocks x batch levels x KV levels.
         self.iter_s = (1.0 / model.predict(features)).reshape(c.shape)
         self._flat_iter_s = self.iter_s.reshape(len(self.clocks_mhz), -1)
+        # The first clock of each run of clocks at which M is the same everywhere on the grid
+        # (its trees split on few clock thresholds): a clock search need only try these.
+        self.clock_levels = np.flatnonzero(np.r_[True, np.any(self._flat_iter_s[1:] != self._flat_iter_s[:-1], axis=1)])
         self._clock_index = {float(c): i for i, c in enumerate(self.clocks_mhz)}
         # Batch and KV blocks are counts and the grids end on integers, so each count's
         # corner and weight are tabulated once: a lookup is a gather (per step, the

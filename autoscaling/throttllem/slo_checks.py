@@ -13,11 +13,12 @@ request can be served at all at max clock, and keep eq. 3 at the end (`at_ends`)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from autoscaling.throttllem.clock_search import lowest_passing_index
+from autoscaling.throttllem.clock_search import lowest_index_below_zero
 from autoscaling.throttllem.ips_table import IpsTable, Lookup
 from autoscaling.throttllem.scoreboard import Projection
 
@@ -83,17 +84,30 @@ class DeadlineLines:
             late[g.rows] |= self._group_late(g, elapsed_s, now_s)
         return late
 
-    def any_late(self, elapsed_s: np.ndarray, now_s: float, ignore: np.ndarray, every_token: bool = True) -> bool:
-        """`late(...) & ~ignore` has an entry (at the ends alone unless `every_token`), read
-        group by group until one is found: the clock search's question."""
-        if ((now_s + elapsed_s[self.last] >= self.end_s) & ~ignore).any():
-            return True
-        return every_token and any((self._group_late(g, elapsed_s, now_s) & ~ignore[g.rows]).any() for g in self.groups)
+    def margin_s(self, elapsed_s: np.ndarray, now_s: float, ignore: np.ndarray | None,
+                 every_token: bool = True) -> float:
+        """How late the latest entry not in `ignore` (None: none ignored) would be, in seconds:
+        >= 0 exactly where `late(...) & ~ignore` has an entry (at the ends alone unless
+        `every_token`). The clock search's question, and how far it is from the answer."""
+        late_s = now_s + elapsed_s[self.last] - self.end_s  # the sign of "now + elapsed >= end"
+        worst = _latest(late_s, ignore)
+        if every_token and worst < 0:
+            for g in self.groups:
+                ahead = np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)
+                rows_ignored = None if ignore is None else ignore[g.rows]
+                worst = max(worst, _latest(now_s + ahead[g.last] - g.bound_s, rows_ignored))
+        return worst
 
     @staticmethod
     def _group_late(g: _PerTokenGroup, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
         worst = np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)
         return now_s + worst[g.last] >= g.bound_s
+
+
+def _latest(late_s: np.ndarray, ignore: np.ndarray | None) -> float:
+    if ignore is not None:
+        late_s = np.where(ignore, -np.inf, late_s)
+    return float(late_s.max()) if len(late_s) else -math.inf
 
 
 def check(table: IpsTable, clock_index: int, at: Lookup, projection: Projection, lines: DeadlineLines,
@@ -118,22 +132,37 @@ def lowest_passing_clock(table: IpsTable, at: Lookup, projection: Projection, li
                          ignore: np.ndarray, now_s: float, tbt_s: float, headroom: float = 1.0,
                          hint: int | None = None) -> int:
     """The lowest supported clock index that passes (M is monotone in clock); the top index
-    if none does. Searched from `hint`, the last answer (clock_search). The ends alone first
+    if none does. Searched from `hint`, the last answer, each check placed by the margins of the
+    ones before (clock_search.lowest_index_below_zero). The ends alone first
     (cheap): the clock that holds every token is at or above the one that holds the ends, and
     usually the same."""
     elapsed: dict[int, np.ndarray | None] = {}  # by clock index: None where the TBT mean fails
+    ignored = ignore if ignore.any() else None
 
-    def passes(clock_index: int, every_token: bool) -> bool:  # check(...).passes(ignore), stopping early
+    def margin_s(clock_index: int, every_token: bool) -> float:  # < 0 exactly where check(...).passes(ignore)
         if len(projection.batch) == 0:
-            return True
+            return -math.inf
         if clock_index not in elapsed:  # the ends and every token read the same clocks
             iter_s = table.iteration_s(clock_index, at) / headroom
             elapsed[clock_index] = None if float(np.add.reduce(iter_s)) / len(iter_s) > tbt_s else np.cumsum(iter_s)
         cumulative = elapsed[clock_index]
-        return cumulative is not None and not lines.any_late(cumulative, now_s, ignore, every_token)
+        return math.inf if cumulative is None else lines.margin_s(cumulative, now_s, ignored, every_token)
 
-    top = len(table.clocks_mhz) - 1
-    ends = lowest_passing_index(0, top, lambda i: passes(i, every_token=False), hint)
-    if ends == top or not lines.groups or passes(ends, every_token=True):
+    # By level: the first clock of each run at which M is the same (clock_levels), then the top
+    # clock (level `top_level`, taken as passing as lowest_passing_index takes its `hi`). Every
+    # clock of a run checks alike, so the lowest passing clock is a level's.
+    levels, top = table.clock_levels, len(table.clocks_mhz) - 1
+    top_level = len(levels)
+
+    def clock(level: int) -> int:
+        return int(levels[level]) if level < top_level else top
+
+    def level_of(clock_index: int) -> int:
+        return int(np.searchsorted(levels, clock_index, side="right")) - 1
+
+    hint_level = None if hint is None else level_of(hint)
+    ends = clock(lowest_index_below_zero(0, top_level, lambda j: margin_s(clock(j), every_token=False), hint_level))
+    if ends == top or not lines.groups or margin_s(ends, every_token=True) < 0:
         return ends
-    return lowest_passing_index(ends + 1, top, lambda i: passes(i, every_token=True), hint)
+    return clock(lowest_index_below_zero(level_of(ends) + 1, top_level, lambda j: margin_s(clock(j), every_token=True),
+                                         hint_level))

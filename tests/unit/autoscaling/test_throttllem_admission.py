@@ -1,5 +1,7 @@
 """throttLL'eM's admission checks on crafted batches, and the minimum-clock binary search."""
 
+import itertools
+
 import numpy as np
 
 from autoscaling.throttllem.config import ThrottllemConfig
@@ -138,6 +140,40 @@ def test_binary_search_returns_the_minimum_passing_clock():
     assert clock.target_clock_mhz(1.0) == p.table.clocks_mhz[found]
 
 
+def test_the_search_by_clock_levels_finds_the_clock_a_scan_of_every_clock_finds() -> None:
+    """M's table repeats over runs of clocks (its trees split on few clock thresholds): every
+    clock of a level reads the same times everywhere on the grid, and the next level's differ.
+    The search tries level starts only, each check placed by the margins before it, and finds
+    the lowest passing clock a scan of every clock finds, from any hint, for TBT targets that
+    need the bottom, middle or top clocks."""
+    b, admission, _ = replica([req(str(i), 800, 300) for i in range(60)])
+    p = admission.projector
+    p.sync(b, 1.0)
+    table = p.table
+    levels, n_clocks = table.clock_levels, len(table.clocks_mhz)
+    by_clock = table.iter_s.reshape(n_clocks, -1)
+    assert levels[0] == 0 and 1 < len(levels) <= n_clocks
+    for start, end in zip(levels, [*levels[1:], n_clocks]):
+        assert (by_clock[start:end] == by_clock[start]).all()
+    assert all((by_clock[a] != by_clock[z]).any() for a, z in itertools.pairwise(levels))
+    at = p.lookup(p.project())
+    slowest, fastest = (table.iteration_s(i, at).mean() for i in (0, n_clocks - 1))
+    found_clocks = set()
+    for share in np.linspace(-0.2, 1.2, 15):
+        tbt = SLO(ttft_s=3600, tbt_s=(fastest + share * (slowest - fastest)) / p.config.slo_headroom)
+        b, admission, _ = replica([req(str(i), 800, 300, tbt) for i in range(60)])
+        p = admission.projector
+        p.sync(b, 1.0)
+        proj, h = p.project(), p.config.slo_headroom
+        at, lines, lost = p.lookup(proj), p.deadline_lines(proj), p.scoreboard.lost
+        passing = [check(p.table, i, at, proj, lines, 1.0, p.tbt_s, h).passes(lost) for i in range(n_clocks)]
+        scanned = passing.index(True) if any(passing) else n_clocks - 1
+        for hint in (None, 0, 1, 17, 40, 41, n_clocks - 2, n_clocks - 1):
+            assert lowest_passing_clock(p.table, at, proj, lines, lost, 1.0, p.tbt_s, h, hint) == scanned
+        found_clocks.add(scanned)
+    assert min(found_clocks) == 0 and max(found_clocks) == n_clocks - 1 and len(found_clocks) > 3
+
+
 def test_a_per_token_deadline_must_hold_at_every_token_not_only_at_the_projected_end() -> None:
     # Ten slow iterations (1 s) while the batch is full, then fast ones (0.1 s) once it drains.
     elapsed = np.cumsum([1.0] * 10 + [0.1] * 90)
@@ -163,6 +199,7 @@ class _ThreeClocks:
     clocks_mhz and iteration_s)."""
 
     clocks_mhz = np.array([800.0, 1400.0, 1980.0])
+    clock_levels = np.arange(3)
 
     def iteration_s(self, clock_index: int, at: object) -> np.ndarray:
         full, drained = [(1.0, 0.1), (0.8, 0.08), (0.6, 0.06)][clock_index]
@@ -186,7 +223,7 @@ def test_the_clock_search_keeps_requests_that_end_early_on_time() -> None:
     assert verdicts == [False, True, True]
 
 
-def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> None:
+def test_the_searchs_margin_is_late_exactly_where_the_full_verdict_is() -> None:
     rng = np.random.default_rng(1)
     for _ in range(300):
         n, horizon = int(rng.integers(1, 30)), int(rng.integers(1, 400))
@@ -195,7 +232,10 @@ def test_the_searchs_early_stopping_question_agrees_with_the_full_verdict() -> N
         lines = DeadlineLines.build(remaining, rng.uniform(0, 20, n), rng.choice([0.0, 0.02, 0.05], n))
         elapsed = np.cumsum(rng.uniform(0.01, 0.06, horizon))
         ignore = rng.random(n) < 0.2
-        assert lines.any_late(elapsed, 0.5, ignore) == bool((lines.late(elapsed, 0.5) & ~ignore).any())
+        late = bool((lines.late(elapsed, 0.5) & ~ignore).any())
+        assert (lines.margin_s(elapsed, 0.5, ignore) >= 0) == late
+        if not ignore.any():
+            assert (lines.margin_s(elapsed, 0.5, None) >= 0) == late
 
 
 def decoding_since(first_token_s: float | None, out: int, now_s: float, hold_mean_tbt: bool = True):
