@@ -43,7 +43,6 @@ def lowest_index_below_zero(lo: int, hi: int, margin: Callable[[int], float], hi
     of steps, 3.2 scoreboard checks a step against 4.0 bisecting the same clock levels)."""
     fail, passing = lo - 1, hi  # the bracket: `fail` fails (lo - 1: nothing known), `passing` passes
     margins: dict[int, float] = {}  # the checks made
-    halvings_due = 0  # guided checks that must halve the bracket before the next may be guided
 
     def probe(i: int) -> None:
         nonlocal fail, passing
@@ -58,16 +57,12 @@ def lowest_index_below_zero(lo: int, hi: int, margin: Callable[[int], float], hi
             probe(hint)
         if passing - fail > 1:
             probe(hint - 1 if passing == hint else hint + 1)
+    bisect_next = False  # the last check was placed by the margins and did not halve the bracket
     while passing - fail > 1:
         width = passing - fail
-        i = _crossing(fail, passing, margins) if halvings_due == 0 else None
-        if i is None:
-            i, halvings_due = (fail + passing + 1) // 2, 0
-        else:
-            halvings_due = 1
-        probe(i)
-        if halvings_due and passing - fail <= width // 2:
-            halvings_due = 0
+        i = None if bisect_next else _crossing(fail, passing, margins)
+        probe((fail + passing + 1) // 2 if i is None else i)
+        bisect_next = i is not None and passing - fail > width // 2
     return passing
 
 
