@@ -93,15 +93,18 @@ class DeadlineLines:
         worst = _latest(late_s, ignore)
         if every_token and worst < 0:
             for g in self.groups:
-                ahead = np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)
                 rows_ignored = None if ignore is None else ignore[g.rows]
-                worst = max(worst, _latest(now_s + ahead[g.last] - g.bound_s, rows_ignored))
+                worst = max(worst, _latest(now_s + self._group_worst(g, elapsed_s) - g.bound_s, rows_ignored))
         return worst
 
     @staticmethod
-    def _group_late(g: _PerTokenGroup, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
-        worst = np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)
-        return now_s + worst[g.last] >= g.bound_s
+    def _group_worst(g: _PerTokenGroup, elapsed_s: np.ndarray) -> np.ndarray:
+        """Per row: the largest elapsed_s[k - 1] - per_token * k up to its last iteration."""
+        return np.maximum.accumulate(elapsed_s[:len(g.per_token_k)] - g.per_token_k)[g.last]
+
+    @classmethod
+    def _group_late(cls, g: _PerTokenGroup, elapsed_s: np.ndarray, now_s: float) -> np.ndarray:
+        return now_s + cls._group_worst(g, elapsed_s) >= g.bound_s
 
 
 def _latest(late_s: np.ndarray, ignore: np.ndarray | None) -> float:
