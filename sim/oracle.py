@@ -39,22 +39,59 @@ class OracleResult:
     batch_pace_s: float  # the span each batch request's work was spread over
 
 
-def window_loads(w: Workload, window_s: float, batch_span_s: float) -> list[Load]:
-    """Each loaded window's arrival rate and mean request shape: interactive requests in the
-    window they arrive in, each batch request spread evenly over the `batch_span_s` after
-    its arrival."""
+def binned_loads(w: Workload, window_s: float, batch_span_s: float) -> list[Load | None]:
+    """Each window's arrival rate and mean request shape, from the first window to the last
+    loaded one (None where nothing arrives): interactive requests in the window they arrive
+    in, each batch request spread evenly over the `batch_span_s` after its arrival."""
     bins = (w.arrival_s // window_s).astype(np.int64)
     spread = max(1, round(batch_span_s / window_s))
-    weight = np.where(w.interactive, 1.0, 1.0 / spread)
-    copies = np.where(w.interactive, 1, spread)
-    starts = np.cumsum(copies) - copies
-    at = np.repeat(bins, copies) + np.arange(copies.sum()) - np.repeat(starts, copies)
-    weight, prompt, output = (np.repeat(a, copies) for a in (weight, w.prompt_tokens, w.output_tokens))
-    requests = np.bincount(at, weights=weight)
-    prompt_sum = np.bincount(at, weights=weight * prompt)
-    output_sum = np.bincount(at, weights=weight * output)
-    return [Load(n / window_s, p / n, o / n) for n, p, o in zip(requests, prompt_sum, output_sum, strict=True)
-            if n > 0]
+    columns = []
+    for weight in (np.ones(len(w)), w.prompt_tokens, w.output_tokens):
+        weight = np.asarray(weight, dtype=float)
+        interactive = np.bincount(bins, weights=np.where(w.interactive, weight, 0.0))
+        batch = np.bincount(bins, weights=np.where(w.interactive, 0.0, weight)) / spread
+        paced = np.convolve(batch, np.ones(spread))
+        column = np.zeros(max(len(interactive), np.flatnonzero(paced).max(initial=-1) + 1))
+        column[:len(interactive)] += interactive
+        column += paced[:len(column)]
+        columns.append(column)
+    requests, prompt_sum, output_sum = columns
+    return [Load(n / window_s, p / n, o / n) if n > 0 else None
+            for n, p, o in zip(requests, prompt_sum, output_sum, strict=True)]
+
+
+def window_loads(w: Workload, window_s: float, batch_span_s: float) -> list[Load]:
+    """The loaded windows' loads (binned_loads without the empty ones)."""
+    return [load for load in binned_loads(w, window_s, batch_span_s) if load is not None]
+
+
+@dataclass(frozen=True)
+class Carrier:
+    """One configuration that carries a window's load: its GPUs and their mean power."""
+
+    gpus: int
+    power_w: float
+
+
+class CarrierSearch:
+    """Every (TP, clock) configuration, at the fewest instances within the cluster that carry a
+    load within the TBT target, on the perf profile the replicas use."""
+
+    def __init__(self, config: SimConfig, tbt_s: float = 0.1, clock_stride: int = 8) -> None:
+        self.cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
+        gpu = self.cap.perf.gpu
+        self.clocks = sorted(set(gpu.supported_clocks_mhz()[::clock_stride]) | {gpu.max_clock_mhz})
+        self.cluster_gpus = config.cluster_gpus
+        self.tbt_s = tbt_s
+
+    def carriers(self, load: Load) -> list[Carrier]:
+        out = []
+        for tp in self.cap.perf.tensor_parallel_degrees:
+            for clock in self.clocks:
+                n = self.cap.instances_needed(tp, clock, load, self.tbt_s, limit=self.cluster_gpus // tp)
+                if n is not None:
+                    out.append(Carrier(n * tp, n * self.cap.operating(tp, clock, n, load, self.tbt_s).power_w))
+        return out
 
 
 def oracle_energy(
@@ -63,34 +100,21 @@ def oracle_energy(
 ) -> OracleResult:
     """The floor at the cheapest batch pace whose windows some configuration carries (the
     fewest uncarried windows if none)."""
-    perf = default_perf_model(config.model, config.hardware, config.profile)
-    cap = CapacityModel(perf)
-    clocks = perf.gpu.supported_clocks_mhz()
-    clocks = sorted(set(clocks[::clock_stride]) | {perf.gpu.max_clock_mhz})
+    search = CarrierSearch(config, tbt_s, clock_stride)
     paces = [p for p in BATCH_PACES_S if window_s <= p <= batch_span_s] if not w.interactive.all() else []
-    results = [_paced(w, cap, clocks, config.cluster_gpus, window_s, tbt_s, pace)
-               for pace in paces or [window_s]]
+    results = [_paced(w, search, window_s, pace) for pace in paces or [window_s]]
     return min(results, key=lambda r: (r.infeasible_windows, r.energy_j))
 
 
-def _paced(w: Workload, cap: CapacityModel, clocks: list[int], cluster_gpus: int, window_s: float, tbt_s: float,
-           batch_pace_s: float) -> OracleResult:
-    perf = cap.perf
+def _paced(w: Workload, search: CarrierSearch, window_s: float, batch_pace_s: float) -> OracleResult:
     energy = gpu_s = 0.0
     infeasible = 0
     for load in window_loads(w, window_s, batch_pace_s):
-        best: tuple[float, int] | None = None
-        for tp in perf.tensor_parallel_degrees:
-            for clock in clocks:
-                n = cap.instances_needed(tp, clock, load, tbt_s, limit=cluster_gpus // tp)
-                if n is None:
-                    continue
-                power = n * cap.operating(tp, clock, n, load, tbt_s).power_w
-                if best is None or power < best[0]:
-                    best = (power, n * tp)
-        if best is None:
+        carriers = search.carriers(load)
+        if not carriers:
             infeasible += 1
             continue
-        energy += best[0] * window_s
-        gpu_s += best[1] * window_s
+        best = min(carriers, key=lambda c: c.power_w)
+        energy += best.power_w * window_s
+        gpu_s += best.gpus * window_s
     return OracleResult(energy, gpu_s / 3600.0, infeasible, batch_pace_s)
