@@ -5,7 +5,7 @@ Per window, the oracle knows the arrival rate and mean request shape and picks t
 same perf profile the replicas use) carries the window within the TBT target at the
 least power; idle windows cost nothing. Start-ups, queueing and bursts inside a
 window are free to it, so it is the floor that policies are judged against, not a
-policy one can run.
+policy one can run (sim/held_capacity.py prices the start-ups and the bursts it leaves out).
 
 Interactive requests load the window they arrive in. A batch request may start any time
 within its class's TTFT target (an hour), so the oracle paces batch work: each request
