@@ -48,9 +48,8 @@ import numpy as np
 
 from energy.hardware import MODELS
 from sim.config import SimConfig
-from sim.held_capacity import HeldCapacity, WindowPower
+from sim.held_capacity import Floors
 from sim.metrics import summarise
-from sim.oracle import OracleResult, oracle_energy
 from sim.scenario import SIMULATORS, SPECS, build
 from sim.simulator import Simulator
 from sim.workload import (
@@ -179,22 +178,6 @@ def worst_class(r: dict[str, Any]) -> tuple[str, float]:
     classes = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2 and k.isupper()}
     name = min(classes, key=classes.__getitem__)
     return name, classes[name]
-
-
-@dataclass(frozen=True)
-class Floors:
-    """The oracle floor the target is read against, and the references that split a policy's
-    distance from it (sim/held_capacity.py)."""
-
-    oracle: OracleResult
-    clairvoyant: HeldCapacity
-    peak_held: HeldCapacity
-
-    @classmethod
-    def of(cls, w: Workload, config: SimConfig) -> Floors:
-        oracle = oracle_energy(w, config)
-        held = WindowPower.of(w, config, batch_pace_s=oracle.batch_pace_s)
-        return cls(oracle, held.clairvoyant_floor(), held.peak_held())
 
 
 def table(rows: list[dict[str, Any]], floors: Floors) -> str:

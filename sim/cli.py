@@ -15,7 +15,7 @@ from core.overheads import OverheadTable
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from sim.config import SimConfig
-from sim.oracle import oracle_energy
+from sim.held_capacity import Floors
 from sim.run import simulate
 from sim.scenario import SPECS
 from sim.workload import (
@@ -54,7 +54,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--price-per-gpu-hour", type=float, default=None)
     p.add_argument("--grid-gco2-per-kwh", type=float, default=SimConfig().grid_gco2_per_kwh)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--no-oracle", action="store_true", help="skip the oracle energy bound")
+    p.add_argument("--no-oracle", action="store_true", help=(
+        "skip the oracle energy floor and the references beside it (a long run's 5 s windows take a while)"))
     p.add_argument("--json", type=Path, default=None, help="write one object per policy")
     p.add_argument("--plot-dir", type=Path, default=None, help="write PNG plots here")
     return p
@@ -91,7 +92,7 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
     return "-" if v is None else f"{v * scale:.{digits}g}"
 
 
-def table(results: list[dict[str, Any]], oracle_j: float | None) -> str:
+def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
     base = results[0]["energy_j"]
     head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'p99 TTFT s':>10} " \
            f"{'p99 TBT s':>9} {'done':>7} {'wall s':>6}"
@@ -102,9 +103,19 @@ def table(results: list[dict[str, Any]], oracle_j: float | None) -> str:
             f"{_fmt(r['slo_attainment']['overall'], 100):>6} {_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} "
             f"{r['completed']:>7} {r['wall_s']:>6.1f}"
         )
-    if oracle_j is not None:
-        lines.append(f"{'oracle (floor)':>18} {oracle_j / 3.6e6:>10.2f} {oracle_j / base:>7.2f}")
+    if floors is not None:
+        for _, label, energy_j, gpu_hours in _floor_rows(floors):
+            lines.append(f"{label:>18} {energy_j / 3.6e6:>10.2f} {energy_j / base:>7.2f} {gpu_hours:>7.1f}")
     return "\n".join(lines)
+
+
+def _floor_rows(floors: Floors) -> list[tuple[str, str, float, float]]:
+    """(name in the JSON, label in the table, energy J, GPU-hours): the oracle floor, then the
+    references beside it (sim/held_capacity.py): what a clairvoyant schedule paying start-ups
+    spends, and what holding the peak burst's GPUs all run costs."""
+    return [("oracle", "oracle (floor)", floors.oracle.energy_j, floors.oracle.gpu_hours),
+            ("clairvoyant-floor", "clairvoyant 5 s", floors.clairvoyant.energy_j, floors.clairvoyant.gpu_hours),
+            ("peak-held", "peak held", floors.peak_held.energy_j, floors.peak_held.gpu_hours)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -134,11 +145,12 @@ def main(argv: list[str] | None = None) -> int:
         print("" if on_terminal else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
         results.append(summary)
         runs[policy] = raw
-    oracle = None if args.no_oracle else oracle_energy(w, config)
-    print(table(results, oracle.energy_j if oracle else None))
+    floors = None if args.no_oracle else Floors.of(w, config)
+    print(table(results, floors))
     if args.json is not None:
-        payload = results if oracle is None else [*results, {"policy": "oracle", "energy_j": oracle.energy_j,
-                                                             "gpu_hours": oracle.gpu_hours}]
+        payload = results if floors is None else [*results, *(
+            {"policy": name, "energy_j": energy_j, "gpu_hours": gpu_hours}
+            for name, _, energy_j, gpu_hours in _floor_rows(floors))]
         args.json.write_text(json.dumps(payload, indent=2))
     if args.plot_dir is not None:
         from sim.plots import plot_runs

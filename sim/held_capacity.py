@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.config import SimConfig
-from sim.oracle import CarrierSearch, binned_loads
+from sim.oracle import CarrierSearch, OracleResult, binned_loads, oracle_energy
 from sim.workload import Workload
 
 
@@ -97,6 +97,22 @@ class WindowPower:
         total_j = self.power_w.sum(axis=0) * self.window_s
         n = int(np.argmin(total_j))
         return HeldCapacity(float(total_j[n]), n * len(self.power_w) * self.window_s / 3600.0, n)
+
+
+@dataclass(frozen=True)
+class Floors:
+    """The oracle floor targets are read against, and the two references that split a
+    policy's distance from it, on the same workload (batch work at the floor's pace)."""
+
+    oracle: OracleResult
+    clairvoyant: HeldCapacity
+    peak_held: HeldCapacity
+
+    @classmethod
+    def of(cls, w: Workload, config: SimConfig) -> Floors:
+        oracle = oracle_energy(w, config)
+        held = WindowPower.of(w, config, batch_pace_s=oracle.batch_pace_s)
+        return cls(oracle, held.clairvoyant_floor(), held.peak_held())
 
 
 def _prefix_argmin(x: np.ndarray) -> np.ndarray:

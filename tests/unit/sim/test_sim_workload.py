@@ -87,7 +87,9 @@ def test_cli_writes_json_per_policy(tmp_path, capsys):
                "--policy", "llumnix", "--batch-fraction", "0.5", "--json", str(out)])
     assert rc == 0
     rows = json.loads(out.read_text())
-    assert [r["policy"] for r in rows] == ["singlepool", "llumnix", "oracle"]
+    assert [r["policy"] for r in rows] == ["singlepool", "llumnix", "oracle", "clairvoyant-floor", "peak-held"]
+    floor, clairvoyant, held = (r["energy_j"] for r in rows[2:])
+    assert 0 < floor <= clairvoyant <= held
     for r in rows[:2]:
         for key in ("energy_j", "gpu_hours", "p99_ttft_s", "p99_tbt_s", "requests", "completed", "wall_s"):
             assert key in r
