@@ -116,14 +116,12 @@ class Floors:
 
 
 def _prefix_argmin(x: np.ndarray) -> np.ndarray:
-    """[i]: the index of the least of x[:i+1] (the first, on ties)."""
-    best = np.empty(len(x), dtype=np.int64)
-    at = 0
-    for i in range(len(x)):
-        if x[i] < x[at]:
-            at = i
-        best[i] = at
-    return best
+    """[i]: the index of the least of x[:i+1] (the first, on ties): the latest index at
+    which the running least fell."""
+    fell = np.empty(len(x), dtype=bool)
+    fell[0] = True
+    fell[1:] = x[1:] < np.minimum.accumulate(x)[:-1]
+    return np.maximum.accumulate(np.where(fell, np.arange(len(x)), 0))
 
 
 def _suffix_argmin(x: np.ndarray) -> np.ndarray:
