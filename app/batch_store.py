@@ -4,16 +4,22 @@ Files, batches and one row per batch request live on disk, so a restart of the a
 loses no accepted request: requests that were in flight when it stopped go back to
 pending and run again (at least once); each request's result is written once, when
 it finishes, and the output file is assembled from those rows.
+
+One queue owns a file: a second store on the same path (another app, or another local
+cluster on this machine) would reset the first one's running requests to pending and
+serve its jobs, so it waits for the owner's lock and then fails with a clear error.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import sqlite3
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 WINDOWS_S = {"24h": 24 * 3600.0, "1h": 3600.0}
 
@@ -33,6 +39,31 @@ class BatchInputError(ValueError):
     """The uploaded JSONL or the batch request is not usable; the message says why."""
 
 
+class BatchStoreInUse(RuntimeError):
+    """Another process's queue owns this SQLite file."""
+
+
+OWNER_WAIT_S = 30.0  # a replica replaced in place (Serve's restart) releases the lock on exit
+
+
+def _own(path: Path, wait_s: float) -> TextIO:
+    """An exclusive lock on `path`'s queue, held while the returned file stays open (the OS
+    drops it when the process exits, however it exits)."""
+    lock = open(path.with_name(path.name + ".lock"), "a")  # noqa: SIM115 (open while the store lives)
+    deadline_s = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return lock
+        except BlockingIOError:
+            if time.monotonic() >= deadline_s:
+                lock.close()
+                raise BatchStoreInUse(
+                    f"The batch queue file {path} is in use by another wattwise app (or another local cluster) "
+                    f"on this node; give each app its own `batch_api.db_path`.") from None
+            time.sleep(0.2)
+
+
 @dataclass(frozen=True)
 class PendingRequest:
     batch_id: str
@@ -44,13 +75,20 @@ class PendingRequest:
 
 
 class BatchStore:
-    def __init__(self, path: str | Path) -> None:
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    def __init__(self, path: str | Path, owner_wait_s: float = OWNER_WAIT_S) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = _own(path, owner_wait_s)  # before the reset below touches another owner's rows
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(_SCHEMA)
         # A restart: whatever was running did not finish; run it again.
         self.db.execute("UPDATE requests SET status='pending' WHERE status='running'")
+
+    def close(self) -> None:
+        """Close the file and give up its ownership (another store may then open it)."""
+        self.db.close()
+        self._lock.close()
 
     # ---- files ---------------------------------------------------------------------
     def add_file(self, content: bytes, filename: str, purpose: str, now_s: float) -> dict[str, Any]:

@@ -203,7 +203,7 @@ class BatchApiConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     enabled: bool = Field(default=True, description="Serve the OpenAI Batch API (/v1/files, /v1/batches) and its durable queue.")
-    db_path: str = Field(default="~/.wattwise/batches.sqlite", description="SQLite file of the batch queue, on the node running it.")
+    db_path: str = Field(default="~/.wattwise/batches.sqlite", description="SQLite file of the batch queue, on the node running it. One app owns a file: a second app (or local cluster) on the same file fails to start with an error naming it, rather than serve the first one's jobs.")
     max_in_flight: int = Field(default=32, gt=0, description="Batch requests the queue has in flight on the pools at once; the one controller raises it while the queue's deadlines need a faster drain (its `batch_deadlines`).")
 
 

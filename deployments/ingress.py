@@ -12,7 +12,8 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI
@@ -198,8 +199,7 @@ class Ingress:
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
             attempts = self._attempts(request.service_class, pool)
-            self.metrics.accepted(route)
-            try:
+            with self._accounted(route):
                 for i, attempt in enumerate(attempts):
                     request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
                     try:
@@ -211,15 +211,23 @@ class Ingress:
                         raise
                     request.refuse_above_pending_tokens = None  # a resumed stream queues where it goes
                     return response
-            except APIError as err:
-                self.metrics.outcome(route, _outcome_of(err))
-                raise
-            except asyncio.CancelledError:
-                self.metrics.outcome(route, "cancelled")
-                raise
         except APIError as err:
             self.metrics.record(route, err.status)
             raise  # answered by the app's APIError handler (deployments.http_app)
+
+    @contextmanager
+    def _accounted(self, route: str) -> Iterator[None]:
+        """Count a request accepted, and its outcome if it fails or its client leaves before
+        the response is sent (a sent one counts its own: completed, or its stream's end)."""
+        self.metrics.accepted(route)
+        try:
+            yield
+        except APIError as err:
+            self.metrics.outcome(route, _outcome_of(err))
+            raise
+        except asyncio.CancelledError:
+            self.metrics.outcome(route, "cancelled")
+            raise
 
     async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str,
                        fallbacks: Sequence[str] = ()) -> Any:
@@ -313,12 +321,13 @@ class Ingress:
                 raise APIError(404, f"The model '{parsed.model}' does not exist.", code="model_not_found")
             request, pool = self._classify(parsed, prompt_of(parsed), "batch-api", "batch", time.time())
             candidates = self._candidates("batch", pool)
-            for i, pool in enumerate(candidates):
-                try:
-                    return True, await self._respond(parsed, request, pool, render, route)
-                except APIError as err:
-                    if err.code != POOL_FULL or i + 1 == len(candidates):
-                        raise
+            with self._accounted(route):
+                for i, pool in enumerate(candidates):
+                    try:
+                        return True, await self._respond(parsed, request, pool, render, route)
+                    except APIError as err:
+                        if err.code != POOL_FULL or i + 1 == len(candidates):
+                            raise
             raise AssertionError("unreachable: the last candidate returns or raises")
         except APIError as err:
             return False, err.body()["error"]

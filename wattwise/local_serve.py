@@ -173,11 +173,21 @@ class LocalServe:
         self._config_source = yaml.safe_load(Path(config_path).read_text())
         if edit is not None:
             edit(self._config_source)
+        self._own_batch_queues()
         self.admin_key = f"sk-admin-{secrets.token_urlsafe(24)}"
         self.config_path = self.workdir / "serve_config.yaml"
         self._extra_env = env or {}
         self._ports = PortWindow()
         self._assign_ports()
+
+    def _own_batch_queues(self) -> None:
+        """Each app without a `batch_api.db_path` of its own queues Batch API jobs in this
+        cluster's work directory, not the shared default: another local cluster on this
+        machine would otherwise serve this one's jobs (or wait on its file's lock)."""
+        for app in self._config_source.get("applications", []):
+            args = app.setdefault("args", {})
+            batch_api = args["batch_api"] = args.get("batch_api") or {}
+            batch_api.setdefault("db_path", str(self.workdir / f"batches-{app.get('name', 'app')}.sqlite"))
 
     def _assign_ports(self) -> None:
         """Pick this cluster's ports and write the config and environment that carry them.

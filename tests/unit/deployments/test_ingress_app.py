@@ -145,6 +145,26 @@ def test_a_refusal_is_a_503_with_retry_after(client: TestClient, ingress: Ingres
     assert "queue full" in error["message"] and r.headers["retry-after"] == "2"
 
 
+def test_every_batch_api_line_is_counted_accepted_and_ends_in_one_outcome(client: TestClient, ingress: Ingress) -> None:
+    """The invariant /admin/requests and the fault tests check (accepted == sum of outcomes)
+    holds for the Batch API queue's lines as for HTTP requests: served or refused."""
+    def counts() -> dict[str, int]:
+        return client.get("/admin/requests", headers=_auth(ADMIN_KEY)).json()
+
+    line = {"model": MODEL, "prompt": "summarise this", "max_tokens": 3}
+    before = counts()
+    ok, response = client.portal.call(ingress.run_batch_request, line, 0.0)  # type: ignore[union-attr]
+    assert ok and response["usage"]["completion_tokens"] == 3
+    for name in ingress.pools:
+        ingress.pools[name] = _Handle(_Shedding())  # type: ignore[assignment]
+    ok, error = client.portal.call(ingress.run_batch_request, line, 0.0)  # type: ignore[union-attr]
+    assert not ok and error["code"] == "pool_full"
+    after = counts()
+    delta = {k: after[k] - before[k] for k in after}
+    assert delta == {"accepted": 2, "retries": 0, "completed": 1, "error_retryable": 1, "error_final": 0,
+                     "cancelled": 0}
+
+
 class _BackedUp:
     """A replica with more prompt tokens to prefill than any overflow limit: it refuses a
     request its router may send elsewhere (as the batcher's RequestOverflowed does), and

@@ -197,3 +197,20 @@ def test_each_retry_gets_a_window_no_failed_try_used_and_all_are_free_after(
     assert [w.index for w in windows] == tried  # every one free again
     for window in windows:
         window.release()
+
+
+def test_each_local_cluster_queues_batch_jobs_in_a_file_of_its_own() -> None:
+    """Two clusters on one machine (a test run beside another, a demo beside a test) with the
+    shipped config: each app's Batch API queue in its own work directory; a path the config
+    sets is kept."""
+    def set_path(config: dict) -> None:
+        config["applications"][0]["args"]["batch_api"] = {"db_path": "/srv/queue.sqlite"}
+
+    first, second, configured = LocalServe(), LocalServe(), LocalServe(edit=set_path)
+    try:
+        paths = [Path(local.config["applications"][0]["args"]["batch_api"]["db_path"]) for local in (first, second)]
+        assert paths[0] != paths[1] and [p.parent for p in paths] == [first.workdir, second.workdir]
+        assert configured.config["applications"][0]["args"]["batch_api"]["db_path"] == "/srv/queue.sqlite"
+    finally:
+        for local in (first, second, configured):
+            local._ports.release()
