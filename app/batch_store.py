@@ -43,7 +43,7 @@ class BatchStoreInUse(RuntimeError):
     """Another process's queue owns this SQLite file."""
 
 
-OWNER_WAIT_S = 30.0  # a replica replaced in place (Serve's restart) releases the lock on exit
+OWNER_WAIT_S = 60.0  # Serve stops an updated replica (graceful shutdown up to 20 s) before starting its successor
 
 
 def _own(path: Path, wait_s: float) -> TextIO:
