@@ -31,6 +31,11 @@ class ThrottllemConfig(BaseModel):
         "Share of a waiting prompt's TTFT target its prefill is planned to end within, when the clock "
         "is raised for the prompts still to prefill: prompts arriving after the search take the rest "
         "(the same share the DynamoLLM planner sizes instances for)."))
+    urgent_prompt_steps: float = Field(default=2.0, ge=0, description=(
+        "An interactive prompt whose TTFT deadline falls within this many of the batch's iterations "
+        "(at max clock) misses it if refused now; admission then checks the running requests against "
+        "their whole targets, not slo_headroom's share: the share is kept for later arrivals, and this "
+        "prompt's miss is certain while theirs is not. 0: the share always."))
     hold_mean_tbt: bool = Field(default=True, description=(
         "Once a request's first token is out, its deadline is also no later than one TBT target per "
         "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "

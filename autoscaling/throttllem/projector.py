@@ -229,17 +229,30 @@ class ReplicaProjector:
         board = self.scoreboard
         return DeadlineLines.build(projection.remaining, board.deadline_s, board.deadline_per_token_s)
 
+    @property
+    def whole_targets(self) -> float:
+        """`headroom` without the share kept for later arrivals: every target whole, M's
+        correction taken in (admission's check for a prompt that cannot wait)."""
+        return 1.0 / self.correction
+
     def check_at(self, clock_index: int, projection: Projection, now_s: float, tbt_s: float | None = None,
-                 at: Lookup | None = None) -> Verdict:
+                 at: Lookup | None = None, headroom: float | None = None) -> Verdict:
         """The paper's checks (deadlines at their projected ends), for admission and "lost":
         held at every token there, prompts the clock would have served on time were refused,
         and a refused prompt holds the max clock (batch mix: +21% energy for 0.2 points)."""
         lines = DeadlineLines.at_ends(projection.remaining, self.scoreboard.deadline_s)
         return check(self.synced_table, clock_index, at or self.lookup(projection), projection, lines, now_s,
-                     self.tbt_s if tbt_s is None else tbt_s, self.headroom)
+                     self.tbt_s if tbt_s is None else tbt_s, self.headroom if headroom is None else headroom)
 
-    def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None) -> Verdict:
-        return self.check_at(len(self.synced_table.clocks_mhz) - 1, projection, now_s, tbt_s)
+    def check_at_max(self, projection: Projection, now_s: float, tbt_s: float | None = None,
+                     headroom: float | None = None) -> Verdict:
+        return self.check_at(len(self.synced_table.clocks_mhz) - 1, projection, now_s, tbt_s, headroom=headroom)
+
+    def next_iteration_s(self) -> float:
+        """The running batch's next iteration at max clock, M's correction taken in."""
+        table = self.synced_table
+        batch, kv_blocks = self.scoreboard.current(self.now_iter)
+        return table.one_iteration_s(len(table.clocks_mhz) - 1, batch, kv_blocks) * self.correction
 
     def late_at_max(self, projection: Projection, now_s: float) -> np.ndarray:
         """`check_at_max(...).late` without the TBT mean: the "lost" check of every step."""

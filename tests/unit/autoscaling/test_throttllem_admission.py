@@ -17,12 +17,14 @@ LOOSE = SLO(ttft_s=3600, tbt_s=10)
 SPLITWISE = "splitwise-llama2-70b-h100"
 
 
-def replica(running: list[Request], generated: int = 5, hold_mean_tbt: bool = True, **config):
+def replica(running: list[Request], generated: int = 5, hold_mean_tbt: bool = True, urgent_prompt_steps: float = 2.0,
+            **config):
     # The crafted margins are sized on Splitwise's fit: its KV reads cost ~7x the current
     # stack's, so one long prompt slows a batch by more than the margins' 0.1%.
     perf = perf_model_for(SPLITWISE)
     bc = BatcherConfig(tensor_parallel=8, **config)
-    admission, clock = replica_policies(perf, bc, ThrottllemConfig(profile=SPLITWISE, hold_mean_tbt=hold_mean_tbt))
+    admission, clock = replica_policies(perf, bc, ThrottllemConfig(
+        profile=SPLITWISE, hold_mean_tbt=hold_mean_tbt, urgent_prompt_steps=urgent_prompt_steps))
     b = ContinuousBatcher(perf, bc, admission, clock)
     for r in running:  # already scheduled and decoding
         seq = b.add(r, 0.0)
@@ -114,6 +116,32 @@ def test_e2e_check_protects_running_requests_and_admits_lost_ones_that_harm_no_o
     assert admission.admit(b.add(req("c", 100, 20, late, arrival_s=0.0), 5.0), b, 5.0)
     assert admission.admitted_lost == 1 and admission.projector.scoreboard.lost.tolist() == [False, True]
     assert clock.target_clock_mhz(5.0) == b.perf.gpu.max_clock_mhz  # max clock while it runs
+
+
+def test_a_prompt_that_cannot_wait_is_checked_against_the_running_requests_whole_targets():
+    """Refused now, a prompt due within `urgent_prompt_steps` iterations misses its TTFT: it
+    is admitted if the running requests keep their whole targets, though not the share of
+    them the projection keeps for later arrivals; a prompt that can wait still waits."""
+    b, admission, _ = replica([req("a", 500, 300)])
+    p = admission.projector
+    p.sync(b, 1.0)
+    alone_s = float(finish_s(admission, b, 1.0)[0][0]) - 1.0  # "a"'s projected time left at max clock
+    p.scoreboard.insert_virtual("probe", p.now_iter, 7000, 300, 1e9, 0.0)
+    with_prompt_s = float(finish_s(admission, b, 1.0)[0][0]) - 1.0  # ... with the prompt in
+    headroom = p.config.slo_headroom
+    # "a"'s deadline: on time alone in the share, late in it with the prompt, on time whole.
+    deadline_s = 1.0 + (alone_s + with_prompt_s) / 2 / headroom
+    assert 1.0 + with_prompt_s < deadline_s
+
+    def admits(prompt_ttft_s: float, urgent_prompt_steps: float = 2.0) -> tuple[bool, int]:
+        a = req("a", 500, 300, SLO(ttft_s=3600, tbt_s=10, e2e_s=deadline_s))
+        b, admission, _ = replica([a], urgent_prompt_steps=urgent_prompt_steps)
+        prompt = req("b", 7000, 300, SLO(ttft_s=prompt_ttft_s, tbt_s=10), arrival_s=1.0)
+        return admission.admit(b.add(prompt, 1.0), b, 1.0), admission.admitted_urgent
+
+    assert admits(3600.0) == (False, 0)  # it can wait
+    assert admits(0.001) == (True, 1)  # due before the next iteration ends
+    assert admits(0.001, urgent_prompt_steps=0) == (False, 0)  # the share always
 
 
 def test_binary_search_returns_the_minimum_passing_clock():
