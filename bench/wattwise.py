@@ -198,12 +198,10 @@ def table(rows: list[dict[str, Any]], floors: Floors) -> str:
             f"{r['p99_tbt_s']:>8.3f} {r['energy_j'] / oracle.energy_j:>8.2f}")
     paced = "" if all(r["slo_attainment"].get("batch") is None for r in rows) else \
         f"  (batch work paced over {oracle.batch_pace_s:.0f} s)"
-    lines.append(f"{'oracle (floor)':>17} {oracle.energy_j / 3.6e6:>6.2f} {oracle.energy_j / base['energy_j']:>5.2f}"
-                 f" {'':>6} {oracle.gpu_hours:>6.1f} {oracle.gpu_hours / base['gpu_hours']:>5.2f}" + paced)
-    for label, ref in (("clairvoyant 5 s", floors.clairvoyant), ("peak held", floors.peak_held)):
-        lines.append(f"{label:>17} {ref.energy_j / 3.6e6:>6.2f} {ref.energy_j / base['energy_j']:>5.2f}"
-                     f" {'':>6} {ref.gpu_hours:>6.1f} {ref.gpu_hours / base['gpu_hours']:>5.2f}"
-                     f"  ({ref.peak_gpus} GPUs at most)")
+    for f in floors.rows():
+        lines.append(f"{f.label:>17} {f.energy_j / 3.6e6:>6.2f} {f.energy_j / base['energy_j']:>5.2f}"
+                     f" {'':>6} {f.gpu_hours:>6.1f} {f.gpu_hours / base['gpu_hours']:>5.2f}"
+                     + (paced if f.peak_gpus is None else f"  ({f.peak_gpus} GPUs at most)"))
     return "\n".join(lines)
 
 

@@ -104,18 +104,9 @@ def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
             f"{r['completed']:>7} {r['wall_s']:>6.1f}"
         )
     if floors is not None:
-        for _, label, energy_j, gpu_hours in _floor_rows(floors):
-            lines.append(f"{label:>18} {energy_j / 3.6e6:>10.2f} {energy_j / base:>7.2f} {gpu_hours:>7.1f}")
+        for f in floors.rows():
+            lines.append(f"{f.label:>18} {f.energy_j / 3.6e6:>10.2f} {f.energy_j / base:>7.2f} {f.gpu_hours:>7.1f}")
     return "\n".join(lines)
-
-
-def _floor_rows(floors: Floors) -> list[tuple[str, str, float, float]]:
-    """(name in the JSON, label in the table, energy J, GPU-hours): the oracle floor, then the
-    references beside it (sim/held_capacity.py): what a clairvoyant schedule paying start-ups
-    spends, and what holding the peak burst's GPUs all run costs."""
-    return [("oracle", "oracle (floor)", floors.oracle.energy_j, floors.oracle.gpu_hours),
-            ("clairvoyant-floor", "clairvoyant 5 s", floors.clairvoyant.energy_j, floors.clairvoyant.gpu_hours),
-            ("peak-held", "peak held", floors.peak_held.energy_j, floors.peak_held.gpu_hours)]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,8 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(results, floors))
     if args.json is not None:
         payload = results if floors is None else [*results, *(
-            {"policy": name, "energy_j": energy_j, "gpu_hours": gpu_hours}
-            for name, _, energy_j, gpu_hours in _floor_rows(floors))]
+            {"policy": f.name, "energy_j": f.energy_j, "gpu_hours": f.gpu_hours} for f in floors.rows())]
         args.json.write_text(json.dumps(payload, indent=2))
     if args.plot_dir is not None:
         from sim.plots import plot_runs

@@ -100,6 +100,17 @@ class WindowPower:
 
 
 @dataclass(frozen=True)
+class FloorRow:
+    """One of `Floors` as the tables and JSON reports print it."""
+
+    name: str  # the JSON's policy name
+    label: str  # the tables' row label
+    energy_j: float
+    gpu_hours: float
+    peak_gpus: int | None  # GPUs held at most (None: the oracle, whose GPUs change each window)
+
+
+@dataclass(frozen=True)
 class Floors:
     """The oracle floor targets are read against, and the two references that split a
     policy's distance from it, on the same workload (batch work at the floor's pace)."""
@@ -113,6 +124,13 @@ class Floors:
         oracle = oracle_energy(w, config)
         held = WindowPower.of(w, config, batch_pace_s=oracle.batch_pace_s)
         return cls(oracle, held.clairvoyant_floor(), held.peak_held())
+
+    def rows(self) -> list[FloorRow]:
+        """The floor, then the clairvoyant schedule paying start-ups, then the peak burst held."""
+        return [FloorRow("oracle", "oracle (floor)", self.oracle.energy_j, self.oracle.gpu_hours, None),
+                *(FloorRow(name, label, ref.energy_j, ref.gpu_hours, ref.peak_gpus) for name, label, ref in (
+                    ("clairvoyant-floor", "clairvoyant 5 s", self.clairvoyant),
+                    ("peak-held", "peak held", self.peak_held)))]
 
 
 def _prefix_argmin(x: np.ndarray) -> np.ndarray:
