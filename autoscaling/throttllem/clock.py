@@ -9,7 +9,12 @@ while any is still to prefill, so a burst raises the clock before the queue make
 late. An interactive prompt that admission refused (the running batch's projected KV or
 TBT leaves it no room) waits for running requests to finish, which no prefill-time search
 sees: until it is admitted, max clock (best effort, as for a lost request), so the batch
-ahead of it drains as fast as it can.
+ahead of it drains as fast as it can. So does a batch whose interactive requests hold over
+`kv_pressure_share` of the KV cache, before a prompt is refused: requests stay as long as
+their steps take, so at the low clocks the deadlines allow, a replica serving long prompts
+fills its KV, and once a prompt is refused, blocks free only as requests finish, seconds
+later (the day: all 16 misses were prompts refused for KV on one TP2 replica holding 41
+requests at 800-1,100 MHz).
 Raising is asked at once; lowering at most every `clock_lower_interval_s`. A clock asked
 reaches the GPUs late: the replica forwards it to the node's GPU-control actor
 periodically, and the lock takes effect after its latency (core.overheads; the batcher
@@ -111,6 +116,14 @@ class ThrottllemClock:
         self._target_index = index
         return float(clocks[index])
 
+    def _kv_pressed(self, batcher: ContinuousBatcher) -> bool:
+        """Interactive requests hold over `kv_pressure_share` of the KV cache (batch requests'
+        blocks do not count: an interactive prompt preempts them, Chiron's mixed replicas)."""
+        limit = self.config.kv_pressure_share * batcher.kv_blocks_total
+        if self.config.kv_pressure_share >= 1 or batcher.kv_blocks_used <= limit:
+            return False
+        return sum(s.kv_blocks for s in batcher.running if s.request.service_class != "batch") > limit
+
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
@@ -118,7 +131,8 @@ class ThrottllemClock:
         clocks = p.synced_table.clocks_mhz
         refused = p.refused_prompt_id is not None and bool(batcher.waiting) \
             and batcher.waiting[0].request_id == p.refused_prompt_id
-        if refused:
+        flat_out = refused or self._kv_pressed(batcher)
+        if flat_out:
             prompts: float | None = float(clocks[-1])
         else:
             prompts = prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom, self._prompts_mhz)
@@ -127,7 +141,7 @@ class ThrottllemClock:
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_target_mhz:
             self.changes += 1
             return prompts
-        if refused:  # already at the band's ceiling until the prompt is admitted
+        if flat_out:  # already at the band's ceiling until the prompt is admitted or KV frees
             return None
         if not p.changed and now_s - self._searched_s < self.config.clock_refresh_s:
             return None

@@ -36,6 +36,13 @@ class ThrottllemConfig(BaseModel):
         "(at max clock) misses it if refused now; admission then checks the running requests against "
         "their whole targets, not slo_headroom's share: the share is kept for later arrivals, and this "
         "prompt's miss is certain while theirs is not. 0: the share always."))
+    kv_pressure_share: float = Field(default=0.8, gt=0, le=1, description=(
+        "Share of the replica's KV cache held by interactive requests above which each step runs at "
+        "the band's ceiling. A batch holds its requests as long as its steps take (Little's law), so "
+        "at the low clocks the deadlines allow, a replica fills its KV and then turns prompts away "
+        "at the door until requests finish; the top clock finishes them soonest. The default is "
+        "kv_headroom's: beyond it the batch is larger than the planner sized the replica for. "
+        "1: only once a prompt is refused."))
     hold_mean_tbt: bool = Field(default=True, description=(
         "Once a request's first token is out, its deadline is also no later than one TBT target per "
         "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "
