@@ -120,7 +120,7 @@ class ThrottllemClock:
         """Interactive requests hold over `kv_pressure_share` of the KV cache (batch requests'
         blocks do not count: an interactive prompt preempts them, Chiron's mixed replicas)."""
         limit = self.config.kv_pressure_share * batcher.kv_blocks_total
-        if self.config.kv_pressure_share >= 1 or batcher.kv_blocks_used <= limit:
+        if batcher.kv_blocks_used <= limit:  # always so at a share of 1
             return False
         return sum(s.kv_blocks for s in batcher.running if s.request.service_class != "batch") > limit
 
