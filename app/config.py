@@ -236,7 +236,7 @@ class AppConfig(BaseModel):
         "less per request; the streams of an ingress replica that dies are lost).")
     gateway_failover_s: float = Field(
         default=30.0, gt=0, description="How long the gateway keeps trying other ingress replicas for a request "
-        "whose replica failed, before a retryable 503 or an error event ends it.")
+        "whose replica failed, counted from the failure, before a retryable 503 or an error event ends it.")
     max_request_bytes: int = Field(default=1_000_000, gt=0, description="Largest request body accepted; larger: 413.")
     stream_flush_s: float = Field(default=0.05, ge=0, description="Streamed tokens are sent through Serve in batches at most this far apart (s); one Ray object per token would cap a replica at a few hundred tokens/s.")
     prior_output_tokens: int = Field(default=200, gt=0, description="Output length assumed for a request before the predictor has anything better (the bucket_median prior).")

@@ -9,7 +9,9 @@ completion. When the replica fails, it asks another to finish the stream from th
 the client sees one stream, a pause, no token repeated or missing. Before anything was
 sent, a completion is simply sent again; other requests (Batch API, admin) may have
 taken effect, so their failure is answered with a retryable 503. Past `failover_s` of
-failed attempts the stream ends with an OpenAI error event, never a dropped connection.
+failed attempts (counted from the failure, not from the request's start: a stream may
+run for minutes before its replica dies) the stream ends with an OpenAI error event,
+never a dropped connection.
 
 It runs on the head node (`HEAD_NODE_RESOURCE_NAME`): the one machine whose loss ends
 a Ray cluster anyway (its GCS), and where a single-address load balancer sits.
@@ -68,8 +70,8 @@ class ExchangeRelay:
 
     def __init__(self, start: StartExchange, exchange: HttpExchange, failover_s: float,
                  metrics: GatewayMetrics | None = None) -> None:
-        self.start, self.exchange, self.metrics = start, exchange, metrics
-        self.deadline_s = time.monotonic() + failover_s
+        self.start, self.exchange, self.failover_s, self.metrics = start, exchange, failover_s, metrics
+        self._failing_since_s: float | None = None  # the first failed attempt since a replica last answered
         self.state: StreamState | None = None  # what the client holds of a streamed completion
         self._batches: Any = None  # the call to the replica now answering
         self._pending: deque[ResponsePart] = deque()  # parts of its last batch not yet relayed
@@ -158,9 +160,13 @@ class ExchangeRelay:
     async def _back_off(self, exc: BaseException, may_retry: bool) -> None:
         """Wait before the next attempt, or raise `exc` if there is to be none: Serve's
         router may pick the dead replica until it learns of its death."""
-        if not (may_retry and is_failover(exc)) or time.monotonic() >= self.deadline_s:
+        now_s = time.monotonic()
+        if self._failing_since_s is None:
+            self._failing_since_s, self._attempt = now_s, 0
+        deadline_s = self._failing_since_s + self.failover_s
+        if not (may_retry and is_failover(exc)) or now_s >= deadline_s:
             raise exc
-        await asyncio.sleep(min(0.1 * 2 ** self._attempt, 1.0, max(0.0, self.deadline_s - time.monotonic())))
+        await asyncio.sleep(min(0.1 * 2 ** self._attempt, 1.0, deadline_s - now_s))
         self._attempt += 1
 
     def _count(self, outcome: str) -> None:
@@ -171,6 +177,7 @@ class ExchangeRelay:
         """The replica's next part (StopAsyncIteration after the last)."""
         while not self._pending:
             self._pending.extend(await self._batches.__anext__())
+            self._failing_since_s = None  # a replica answers: a later failure has a failover window of its own
         return self._pending.popleft()
 
     async def _rest(self) -> bytes:

@@ -6,6 +6,7 @@ replica can take over the client gets an OpenAI error, never a dropped connectio
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -30,11 +31,13 @@ class _Replicas:
     """Ingress replicas the gateway calls in turn; `die_after[i]` batches of body parts into
     the i-th call, that call's replica dies as one whose machine went away: the gateway's call
     fails, and nothing cancels the calls it had made to the pool replicas (they stream on
-    as orphans)."""
+    as orphans). A replica dies `death_s` after its last batch (a machine's loss takes a
+    while to be seen)."""
 
     def __init__(self, ingresses: list[Ingress]) -> None:
         self.ingresses = ingresses
         self.die_after: dict[int, int] = {}
+        self.death_s = 0.0
         self.calls: list[HttpExchange] = []
         self.orphans: list[AsyncIterator[ResponseParts]] = []
 
@@ -56,6 +59,7 @@ class _Replicas:
             bodies += any(isinstance(part, ResponseBody) for part in batch)
             if die_after is not None and bodies == die_after:
                 self.orphans.append(parts)  # never closed: its pool stream goes on
+                await asyncio.sleep(self.death_s)
                 raise ActorDiedError()
 
 
@@ -107,6 +111,18 @@ def test_a_stream_whose_ingress_dies_goes_on_from_another_with_every_token_once(
     # (one replica per pool here), which gave the request's id over to it.
     assert len(replicas.calls) == 2 and replicas.calls[1].resume is not None
     assert replicas.calls[1].resume.request_id == request_id and 0 < replicas.calls[1].resume.tokens < 30
+
+
+def test_a_stream_whose_ingress_dies_after_the_failover_window_still_goes_on(replicas: _Replicas) -> None:
+    """The window counts from the failure: a stream that ran longer than it before its
+    replica died is resumed, not ended with an error (CI: a node's loss took long to be seen)."""
+    replicas.die_after[0], replicas.death_s = 3, 0.6
+    with _served(Gateway(replicas.start, max_body_bytes=10_000_000, failover_s=0.3)) as c:
+        r = c.post("/v1/completions", headers=_auth(),
+                   json={"model": MODEL, "prompt": "tell me a story", "max_tokens": 30, "stream": True})
+    events = _events(r.text)
+    assert r.status_code == 200 and not any("error" in e for e in events), r.text
+    assert events[-1]["wattwise"]["resumed"] and len(replicas.calls) == 2
 
 
 def test_a_completion_whose_ingress_dies_before_answering_is_sent_again(
