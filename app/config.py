@@ -57,7 +57,7 @@ class PoolConfig(BaseModel):
     max_ongoing_requests: int = Field(default=512, gt=0, description="Serve's cap on requests in flight per replica.")
     max_queued_requests: int = Field(default=1024, gt=0, description="Serve's cap on requests queued for the pool's replicas; beyond it Serve refuses them (back-pressure).")
     num_cpus: float = Field(default=0.1, ge=0, description="CPUs Ray reserves per replica.")
-    request_router: Literal["default", "token_balanced"] = Field(default="default", description="\"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
+    request_router: Literal["kv_aware", "token_balanced", "default"] = Field(default="kv_aware", description="\"kv_aware\": the shortest queue among the replicas whose KV cache has room for the prompt, the simulator's rule (deployments.kv_router); \"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
     kind: ReplicaKind | None = Field(default=None, description="Chiron: a pool of interactive, mixed or batch replicas (routing by service class instead of length class); None for length-class pools.")
     phase: Phase | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
     local_autoscaler: LocalAutoscalerConfig | None = Field(default=None, description="Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit; None: off.")

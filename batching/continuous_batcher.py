@@ -18,6 +18,7 @@ from batching.deadline_order import deadline_insert_index, due_key, move_late_be
 from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
+from core.replica_choice import ReplicaOccupancy
 from core.request import Request
 from core.stats import ReplicaStats
 from energy.perf_model import PerfModel
@@ -803,6 +804,11 @@ class ContinuousBatcher:
         """Prompt tokens its waiting and running sequences still have to prefill."""
         return sum(s.prefill_target - s.prefilled for s in (*self.waiting, *self.running))
 
+    def occupancy(self) -> ReplicaOccupancy:
+        """What routing reads (core.replica_choice), as its stats would report it."""
+        return ReplicaOccupancy.of(len(self.waiting) + len(self.running), self.kv_blocks_used, self.kv_blocks_total,
+                                   self.block_size, self.pending_prompt_tokens)
+
     def stats(self, now_s: float) -> ReplicaStats:
         self._account_idle(now_s)
         if self.accounted_until_s is not None and self.accounted_until_s <= now_s:  # no step in flight
@@ -813,6 +819,7 @@ class ContinuousBatcher:
             batch_limit=self.batch_limit,
             kv_blocks_used=self.kv_blocks_used,
             kv_blocks_total=self.kv_blocks_total,
+            kv_block_size=self.block_size,
             pending_prompt_tokens=self.pending_prompt_tokens,
             pending_decode_tokens=sum(
                 s.request.output_tokens_to_generate - s.generated for s in (*self.waiting, *self.running)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from core.replica_choice import ReplicaOccupancy
+
 RATE_PREFIX = "rate_per_s."
 
 
@@ -16,6 +18,7 @@ class ReplicaStats:
     batch_limit: int = 0
     kv_blocks_used: int = 0
     kv_blocks_total: int = 1
+    kv_block_size: int = 16  # tokens per KV block
     pending_prompt_tokens: int = 0
     pending_decode_tokens: int = 0
     itl_ewma_s: float = 0.0
@@ -56,6 +59,11 @@ class ReplicaStats:
     def load(self) -> int:
         """Requests on the replica, waiting or running."""
         return self.queued_requests + self.running_requests
+
+    def occupancy(self) -> ReplicaOccupancy:
+        """What routing reads (core.replica_choice)."""
+        return ReplicaOccupancy.of(self.load, self.kv_blocks_used, self.kv_blocks_total, self.kv_block_size,
+                                   self.pending_prompt_tokens)
 
     def to_metrics(self) -> dict[str, float]:
         """Flat float dict, the shape Serve's record_autoscaling_stats expects."""

@@ -35,7 +35,8 @@ from deployments.replica import LLMReplica, ReplicaIdentity
 from deployments.splitwise_coordinator import SplitwiseCoordinator
 from engines.factory import make_engine
 
-TOKEN_ROUTER = "deployments.token_router:TokenBalancedRouter"
+ROUTERS = {"kv_aware": "deployments.kv_router:KvAwareRouter",
+           "token_balanced": "deployments.token_router:TokenBalancedRouter"}
 PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
 
 
@@ -111,8 +112,9 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     tp = pool.engine.tensor_parallel if tp is None else tp
     scaling = pool.autoscaling
     routing: dict[str, Any] = {}
-    if pool.request_router == "token_balanced":
-        routing["request_router_config"] = {"request_router_class": TOKEN_ROUTER, "request_routing_stats_period_s": 1.0}
+    if pool.request_router in ROUTERS:
+        routing["request_router_config"] = {"request_router_class": ROUTERS[pool.request_router],
+                                            "request_routing_stats_period_s": 1.0}
     if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
         routing["request_router_config"] = {"request_router_class": PHASE_ROUTER, "request_routing_stats_period_s": 1.0}
     bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}

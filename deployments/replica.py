@@ -26,8 +26,10 @@ from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
+from deployments.kv_router import occupancy_stats
 from deployments.messages import Prefilled, Refusal, ReplicaChunk, Reply, Shed, Squashed
 from deployments.metrics import ReplicaMetrics
+from deployments.token_router import PENDING_TOKENS_STAT
 from deployments.tracing import tracer
 from engines.protocol import Engine, GenerationChunk, RequestSquashed, TensorParallelChangeUnsupported
 
@@ -246,8 +248,10 @@ class LLMReplica:
         return stats.to_metrics()
 
     def record_routing_stats(self) -> dict[str, float]:
+        """What the pool's request routers read (deployments.kv_router, deployments.token_router)."""
         stats = self.engine.stats()
-        return {"pending_tokens": float(stats.pending_prompt_tokens + stats.pending_decode_tokens)}
+        return {PENDING_TOKENS_STAT: float(stats.pending_prompt_tokens + stats.pending_decode_tokens),
+                **occupancy_stats(stats.occupancy())}
 
     async def shutdown(self) -> None:
         """Stop the engine (Serve calls this as the replica stops: deployments.builder)."""

@@ -206,6 +206,7 @@ class VllmEngine:
             batch_limit=self.gate.limit,
             kv_blocks_used=round(snap.kv_usage * snap.kv_blocks_total) if inside else 0,
             kv_blocks_total=snap.kv_blocks_total,
+            kv_block_size=self.running_batch.block_size,
             pending_prompt_tokens=self._pending_prompt_tokens(),
             pending_decode_tokens=sum(d for _, d in self._pending.values()),
             itl_ewma_s=snap.itl_ewma_s,

@@ -27,6 +27,7 @@ from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPol
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
+from core.replica_choice import rank_replicas
 from core.request import Request
 from core.roles import BATCH_QUEUE_DEPLOYMENT, Phase, ReplicaKind
 from core.view import ClusterView, DeploymentView
@@ -315,20 +316,16 @@ class Simulator:
                 self._dispatch(pool, self.batch_queue.popleft(), now)
 
     def _dispatch(self, pool: Pool, request: Request, now: float) -> bool:
-        """Join the shortest queue among the pool's ready replicas; else wait outside. False:
-        refused for overflow (`Request.refuse_above_pending_tokens`), nothing changed."""
-        best: SimReplica | None = None
-        best_load = 0
-        for r in pool.replicas:
-            if r.state is State.READY:
-                load = r.load
-                if best is None or load < best_load:
-                    best, best_load = r, load
-        if best is None:
+        """The pool's ready replica ranked first for the request (core.replica_choice, as
+        Serve's router ranks them); else wait outside. False: refused for overflow
+        (`Request.refuse_above_pending_tokens`), nothing changed."""
+        ready = [r for r in pool.replicas if r.state is State.READY]
+        if not ready:
             if request.refuse_above_pending_tokens is not None:
                 return False
             pool.outside.append(request)
             return True
+        best = ready[rank_replicas([r.ready_batcher.occupancy() for r in ready], request.prompt_tokens)[0]]
         prior = self.preempted.pop(request.request_id, None)
         try:
             if prior is None:
