@@ -28,6 +28,7 @@ from core.roles import BATCH_QUEUE_DEPLOYMENT
 from deployments.batch_queue import BatchQueue
 from deployments.gateway import Gateway
 from deployments.ingress import Ingress
+from deployments.kv_router import STATS_PERIOD_S
 from deployments.metrics import GatewayMetrics
 from deployments.plan_store import follow_plan
 from deployments.rate_ledger import RateLimitGate, rate_ledger
@@ -114,9 +115,10 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     routing: dict[str, Any] = {}
     if pool.request_router in ROUTERS:
         routing["request_router_config"] = {"request_router_class": ROUTERS[pool.request_router],
-                                            "request_routing_stats_period_s": 1.0}
+                                            "request_routing_stats_period_s": STATS_PERIOD_S}
     if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
-        routing["request_router_config"] = {"request_router_class": PHASE_ROUTER, "request_routing_stats_period_s": 1.0}
+        routing["request_router_config"] = {"request_router_class": PHASE_ROUTER,
+                                            "request_routing_stats_period_s": STATS_PERIOD_S}
     bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
     if shadow is not None:
         # Any of the pool's deployments may be emptied by a rollout; the pool's own bounds

@@ -24,7 +24,7 @@ from core.replica_choice import DEFAULT_KV_HEADROOM, ReplicaOccupancy, rank_repl
 
 REQUESTS_STAT, PENDING_PROMPT_STAT = "requests", "pending_prompt_tokens"
 KV_USED_STAT, KV_TOTAL_STAT = "kv_tokens_used", "kv_tokens_total"
-STATS_PERIOD_S = 1.0  # the pools' request_routing_stats_period_s (deployments.builder)
+STATS_PERIOD_S = 1.0  # how often replicas report (request_routing_stats_period_s, set by deployments.builder)
 
 
 def occupancy_stats(occupancy: ReplicaOccupancy) -> dict[str, float]:

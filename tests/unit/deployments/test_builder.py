@@ -6,9 +6,10 @@ from typing import Any
 
 import yaml
 from ray._common.constants import HEAD_NODE_RESOURCE_NAME
+from ray.serve.deployment import Application
 
 from core.paths import SERVE_CONFIG
-from deployments.builder import build_app
+from deployments.builder import ROUTERS, build_app
 
 
 def _args(**changes: Any) -> dict[str, Any]:
@@ -25,3 +26,14 @@ def test_the_gateway_is_the_http_entry_on_the_head_node() -> None:
 def test_without_a_gateway_the_ingress_takes_http() -> None:
     entry = build_app(_args(gateway_replicas=0))._bound_deployment
     assert entry.name == "Ingress"
+
+
+def test_the_pools_route_by_kv_room_as_the_simulator_does() -> None:
+    """serve_config.yaml's pools take the rank the simulator's dispatch uses (core.replica_choice)."""
+    ingress = build_app(_args(gateway_replicas=0))._bound_deployment
+    handles = [h for arg in ingress.init_args if isinstance(arg, dict) for h in arg.values()]
+    pools = [h._bound_deployment for h in handles
+             if isinstance(h, Application) and h._bound_deployment.name.startswith("pool-")]
+    assert {p.name for p in pools} == {"pool-short", "pool-medium", "pool-long"}
+    for pool in pools:
+        assert pool._deployment_config.request_router_config.request_router_class == ROUTERS["kv_aware"]
