@@ -29,8 +29,8 @@ STATS_PERIOD_S = 1.0  # how often replicas report (request_routing_stats_period_
 
 def occupancy_stats(occupancy: ReplicaOccupancy) -> dict[str, float]:
     """A replica's occupancy as Serve's routing stats carry it (flat floats)."""
-    return {REQUESTS_STAT: float(occupancy.requests), PENDING_PROMPT_STAT: occupancy.pending_prompt_tokens,
-            KV_USED_STAT: occupancy.kv_tokens_used, KV_TOTAL_STAT: occupancy.kv_tokens_total}
+    return {REQUESTS_STAT: float(occupancy.requests), PENDING_PROMPT_STAT: float(occupancy.pending_prompt_tokens),
+            KV_USED_STAT: float(occupancy.kv_tokens_used), KV_TOTAL_STAT: float(occupancy.kv_tokens_total)}
 
 
 def prompt_tokens(pending: PendingRequest | None) -> int:

@@ -70,3 +70,15 @@ def test_what_it_sent_counts_until_a_report_can_hold_it_and_its_requests_until_t
 def test_a_replica_with_no_report_yet_has_room() -> None:
     replicas = [_replica("new", reported=False), _replica("old", 1, 9_500, 10_000)]
     assert _first(_router(), replicas, "r1") == "new"
+
+
+def test_a_sim_replica_reports_its_occupancy_as_flat_floats() -> None:
+    """What Serve carries from LLMReplica.record_routing_stats to the routers."""
+    from deployments.replica import LLMReplica, ReplicaIdentity
+    from engines.sim_engine import SimEngine
+    from engines.sim_engine_config import SimEngineConfig
+
+    replica = LLMReplica("short", SimEngine(SimEngineConfig()), ReplicaIdentity("app", "pool-short", "r0"))
+    stats = replica.record_routing_stats()
+    assert all(type(v) is float for v in stats.values())
+    assert stats["requests"] == 0.0 and stats["kv_tokens_total"] > 0
