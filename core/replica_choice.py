@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-DEFAULT_KV_HEADROOM = 0.8
+DEFAULT_KV_HEADROOM = 0.8  # also the planner's kv_headroom and throttLL'eM's kv_pressure_share by default
 
 
 @dataclass(frozen=True)

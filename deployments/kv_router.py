@@ -33,10 +33,14 @@ def occupancy_stats(occupancy: ReplicaOccupancy) -> dict[str, float]:
             KV_USED_STAT: float(occupancy.kv_tokens_used), KV_TOTAL_STAT: float(occupancy.kv_tokens_total)}
 
 
+def routed_request(pending: PendingRequest | None) -> Any:
+    """The core Request passed to generate/complete (None if none): what every pool router reads."""
+    return pending.args[0] if pending is not None and pending.args else None
+
+
 def prompt_tokens(pending: PendingRequest | None) -> int:
-    """The prompt tokens of the core Request passed to generate/complete (0 if none)."""
-    request: Any = pending.args[0] if pending is not None and pending.args else None
-    return int(getattr(request, "prompt_tokens", 0))
+    """The prompt tokens of the routed request (0 if none)."""
+    return int(getattr(routed_request(pending), "prompt_tokens", 0))
 
 
 class KvAwareRouter(RequestRouter):
@@ -52,7 +56,8 @@ class KvAwareRouter(RequestRouter):
         recent = self._recent.get(replica_id)
         if recent is None:
             return 0
-        while recent and recent[0][0] < self._now_s() - self._stats_period_s:
+        since_s = self._now_s() - self._stats_period_s
+        while recent and recent[0][0] < since_s:
             recent.popleft()
         return sum(tokens for _, tokens in recent)
 

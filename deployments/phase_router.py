@@ -8,10 +8,9 @@ pool's pending-token ranking of TokenBalancedRouter, so it is served, not lost.
 
 from __future__ import annotations
 
-from typing import Any
-
 from ray.serve.request_router import PendingRequest, RunningReplica
 
+from deployments.kv_router import routed_request
 from deployments.token_router import TokenBalancedRouter
 
 # Request.metadata key: the Serve unique id of the replica assigned to this phase.
@@ -19,8 +18,7 @@ ASSIGNED_REPLICA_KEY = "splitwise_replica"
 
 
 def assigned_replica(pending: PendingRequest | None) -> str | None:
-    request: Any = pending.args[0] if pending is not None and pending.args else None
-    return getattr(request, "metadata", {}).get(ASSIGNED_REPLICA_KEY)
+    return getattr(routed_request(pending), "metadata", {}).get(ASSIGNED_REPLICA_KEY)
 
 
 def assigned_first(ranks: list[list[RunningReplica]], candidates: list[RunningReplica],

@@ -21,13 +21,14 @@ from ray.serve.request_router import (
 
 from app.dispatch import rank_by_load
 from app.token_ledger import TokenLedger
+from deployments.kv_router import routed_request
 
 PENDING_TOKENS_STAT = "pending_tokens"
 
 
 def request_cost_tokens(pending: PendingRequest | None) -> int:
     """prompt + predicted output of the core Request passed to generate/complete (0 if none)."""
-    request: Any = pending.args[0] if pending is not None and pending.args else None
+    request = routed_request(pending)
     prompt: int = getattr(request, "prompt_tokens", 0)
     predicted: int | None = getattr(request, "predicted_output_tokens", None)
     output: int = predicted if predicted else getattr(request, "max_tokens", 0)

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.classes import LengthClassConfig
+from core.replica_choice import DEFAULT_KV_HEADROOM
 from energy.profile import EnergyProfile
 
 
@@ -49,7 +50,7 @@ class ShapePlannerConfig(BaseModel):
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
         "Share of the TTFT target to plan for: the profile's TTFT is a mean (M/D/1 queueing), "
         "the SLO is judged per request, so the tail needs room the mean does not show."))
-    kv_headroom: float = Field(default=0.8, gt=0, le=1, description=(
+    kv_headroom: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
         "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
         "perf model; a measured profile already shows what its engines held). throttLL'eM's "
         "admission reserves each request's projected peak, so a replica planned to its last KV "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from core.replica_choice import DEFAULT_KV_HEADROOM
 from prediction.predictor_confusion import default_predictor_error
 
 
@@ -36,7 +37,7 @@ class ThrottllemConfig(BaseModel):
         "(at max clock) misses it if refused now; admission then checks the running requests against "
         "their whole targets, not slo_headroom's share: the share is kept for later arrivals, and this "
         "prompt's miss is certain while theirs is not. 0: the share always."))
-    kv_pressure_share: float = Field(default=0.8, gt=0, le=1, description=(
+    kv_pressure_share: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
         "Share of the replica's KV cache held by interactive requests above which each step runs at "
         "the band's ceiling. A batch holds its requests as long as its steps take (Little's law), so "
         "at the low clocks the deadlines allow, a replica fills its KV and then turns prompts away "
@@ -104,7 +105,7 @@ class ThrottllemScalingConfig(BaseModel):
         "Mean output of the request shape (tokens); Azure conversation trace 2023: 211."))
     tbt_s: float = Field(default=0.1, gt=0, description="TBT target (s) the max loads per TP keep.")
     load_headroom: float = Field(default=0.8, gt=0, le=1, description="Share of tbt_s the max loads per TP plan for.")
-    kv_headroom: float = Field(default=0.8, gt=0, le=1, description=(
+    kv_headroom: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
         "Share of an engine's KV the steady batch at its max load may fill: the admission reserves "
         "each request's projected peak, so an engine loaded to its last KV block turns prompts "
         "away at the door (the TP2 engine's 50k tokens hold conv's steady batch at 4.8 requests/s "
