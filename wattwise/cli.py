@@ -280,6 +280,7 @@ BENCHES = {
     "live-vs-sim": "bench.live_vs_sim:main",
     "measured-speed": "bench.measured_speed:main",
     "phase-split": "bench.phase_split_pool:main",
+    "batch-replicas": "bench.batch_replicas:main",
     "shuffled-orders": "bench.shuffled_orders:main",
     "cluster-cost": "bench.cluster_cost:main",
 }
