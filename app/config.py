@@ -322,6 +322,9 @@ class AppConfig(BaseModel):
                                  f"the engine's ({engine.hardware!r}): M models the replica's GPU")
             if not isinstance(engine, SimEngineConfig):
                 continue
+            if engine.throttllem and engine.throttllem.model != engine.model:
+                raise ValueError(f"pools[{i}].engine.throttllem.model ({engine.throttllem.model!r}) must be the "
+                                 f"engine's ({engine.model!r}): M models the replica's model")
             if engine.profile not in (None, *PROFILE_NAMES):
                 raise ValueError(f"pools[{i}].engine.profile: unknown perf profile {engine.profile!r}; "
                                  f"known: {list(PROFILE_NAMES)}")

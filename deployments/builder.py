@@ -55,7 +55,8 @@ class _ServedReplica(LLMReplica):
         )
 
     async def __del__(self) -> None:
-        await self.shutdown()
+        if hasattr(self, "engine"):  # a replica whose engine failed to build has none to stop
+            await self.shutdown()
 
 
 class _ServedIngress(Ingress):

@@ -4,7 +4,9 @@ importing the batcher and the throttLL'eM model behind the engine (scikit-learn 
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from autoscaling.splitwise.config import MachineConfig
 from autoscaling.throttllem.config import ThrottllemConfig
@@ -21,7 +23,7 @@ class SimEngineConfig(BaseModel):
     profile: str | None = Field(default=None, description=(
         "Named perf/power profile (energy.profiles) the replica is modelled on; None: the default for"
         " model and hardware (energy.profiles.default_profile). "
-        "A throttllem config here names the same one (AppConfig checks)."))
+        "A throttllem block follows it unless it names its own (AppConfig refuses another)."))
     tensor_parallel: int = Field(default=8, gt=0, description="GPUs per replica (tensor parallelism) at start.")
     clock_mhz: float = Field(default=1980, gt=0, description=(
         "GPU clock at start (MHz); 1980 is the H100's maximum."))
@@ -52,9 +54,21 @@ class SimEngineConfig(BaseModel):
         "TTFT target is shed (RequestShed -> 503 + Retry-After). None: never shed."))
     throttllem: ThrottllemConfig | None = Field(default=None, description=(
         "throttLL'eM admission control and clock throttling in the batcher; None: FCFS at clock_mhz. "
-        "Its length_error defaults to the ingress predictor's measured overrun when left at 0."))
+        "Its model, hardware and profile are this engine's where it leaves them out; its length_error "
+        "defaults to the ingress predictor's measured overrun when left at 0."))
     splitwise: MachineConfig | None = Field(default=None, description=(
         "Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "What a TP change (start-up of the new engine) and a clock change (the GPUs take it late) "
         "cost: the table the planners assume and the simulator charges."))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _throttllem_models_this_engine(cls, data: Any) -> Any:
+        """throttLL'eM's M models the replica it runs in: a `throttllem:` block that leaves out
+        model, hardware or profile takes the engine's, so a pool moved to another model needs no
+        second edit."""
+        if not isinstance(data, dict) or not isinstance(data.get("throttllem"), dict):
+            return data
+        engine = {key: data[key] for key in ("model", "hardware", "profile") if key in data}
+        return {**data, "throttllem": {**engine, **data["throttllem"]}}

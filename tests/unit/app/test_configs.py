@@ -55,6 +55,8 @@ def _shipped_args() -> dict:
      "pools[0].engine.model: unknown model 'gpt-17'; "
      "known: ['bloom-176b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
     (lambda a: a["pools"][1]["engine"].update(hardware="tpu-v9"), "", "pools[1].engine.hardware: unknown GPU 'tpu-v9'"),
+    (lambda a: a["pools"][2]["engine"].update(model="llama3.1-70b", throttllem={"model": "llama2-70b"}), "",
+     "pools[2].engine.throttllem.model ('llama2-70b') must be the engine's ('llama3.1-70b')"),
     (lambda a: a.update(default_service_class="gold"), "", "default_service_class 'gold' is not in services"),
     (lambda a: a.update(api_keys=[{"sha256": "0" * 64, "tenant": "t", "service_class": "gold"}]), "",
      "api_keys[0].service_class (tenant 't'): unknown service class 'gold'"),
@@ -73,6 +75,18 @@ def test_bad_config_is_rejected_naming_the_field_and_the_rule(edit, field: str, 
         AppConfig.model_validate(args).resolved()
     assert rule in str(err.value) and field in str(err.value)
     assert "sk-raw-key" not in str(err.value)  # values are not echoed: a pasted key stays out of logs
+
+
+def test_a_pool_moved_to_another_model_takes_throttllem_with_it() -> None:
+    """`throttllem: {}` models the replica it runs in: the engine's model, GPU and profile."""
+    args = _shipped_args()
+    for pool in args["pools"]:
+        pool["engine"].update(model="llama3.1-70b", profile="mlenergy-llama3-70b-h100")
+    for pool in AppConfig.model_validate(args).resolved().pools:
+        throttllem = pool.engine.throttllem
+        assert throttllem is not None
+        assert (throttllem.model, throttllem.hardware, throttllem.profile) == (
+            "llama3.1-70b", "h100-80gb", "mlenergy-llama3-70b-h100")
 
 
 @pytest.mark.parametrize(("kwargs", "rule"), [
