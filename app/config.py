@@ -313,24 +313,22 @@ class AppConfig(BaseModel):
         """Unknown model or GPU names would otherwise fail in a replica, after start."""
         for i, pool in enumerate(self.pools):
             engine = pool.engine
-            if isinstance(engine, SimEngineConfig) and engine.model not in MODELS:
-                raise ValueError(f"pools[{i}].engine.model: unknown model {engine.model!r}; known: {sorted(MODELS)}")
+            sim = engine if isinstance(engine, SimEngineConfig) else None
+            if sim is not None and sim.model not in MODELS:
+                raise ValueError(f"pools[{i}].engine.model: unknown model {sim.model!r}; known: {sorted(MODELS)}")
             if engine.hardware not in GPUS:
                 raise ValueError(f"pools[{i}].engine.hardware: unknown GPU {engine.hardware!r}; known: {sorted(GPUS)}")
-            if engine.throttllem and engine.throttllem.hardware != engine.hardware:
-                raise ValueError(f"pools[{i}].engine.throttllem.hardware ({engine.throttllem.hardware!r}) must be "
-                                 f"the engine's ({engine.hardware!r}): M models the replica's GPU")
-            if not isinstance(engine, SimEngineConfig):
-                continue
-            if engine.throttllem and engine.throttllem.model != engine.model:
-                raise ValueError(f"pools[{i}].engine.throttllem.model ({engine.throttllem.model!r}) must be the "
-                                 f"engine's ({engine.model!r}): M models the replica's model")
-            if engine.profile not in (None, *PROFILE_NAMES):
-                raise ValueError(f"pools[{i}].engine.profile: unknown perf profile {engine.profile!r}; "
+            if sim is not None and sim.profile not in (None, *PROFILE_NAMES):
+                raise ValueError(f"pools[{i}].engine.profile: unknown perf profile {sim.profile!r}; "
                                  f"known: {list(PROFILE_NAMES)}")
-            if engine.throttllem and engine.throttllem.profile != engine.profile:
-                raise ValueError(f"pools[{i}].engine.throttllem.profile ({engine.throttllem.profile!r}) must be the "
-                                 f"engine's profile ({engine.profile!r}): M is trained on the replica's perf model")
+            if engine.throttllem is None:
+                continue
+            # throttLL'eM's M models the replica it runs in (a vLLM engine's model is a path: its GPU only).
+            for name in ("model", "hardware", "profile") if sim is not None else ("hardware",):
+                mine, engines = getattr(engine.throttllem, name), getattr(engine, name)
+                if mine != engines:
+                    raise ValueError(f"pools[{i}].engine.throttllem.{name} ({mine!r}) must be the engine's "
+                                     f"({engines!r}): M models the replica it runs in")
 
     def _check_services(self) -> AppConfig:
         if self.default_service_class not in self.services:

@@ -114,11 +114,10 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     tp = pool.engine.tensor_parallel if tp is None else tp
     scaling = pool.autoscaling
     routing: dict[str, Any] = {}
-    if pool.request_router in ROUTERS:
-        routing["request_router_config"] = {"request_router_class": ROUTERS[pool.request_router],
-                                            "request_routing_stats_period_s": STATS_PERIOD_S}
-    if pool.phase is not None:  # Splitwise: each phase goes to the replica the coordinator chose
-        routing["request_router_config"] = {"request_router_class": PHASE_ROUTER,
+    # Splitwise: each phase goes to the replica the coordinator chose; "default": Serve's own.
+    router = PHASE_ROUTER if pool.phase is not None else ROUTERS.get(pool.request_router)
+    if router is not None:
+        routing["request_router_config"] = {"request_router_class": router,
                                             "request_routing_stats_period_s": STATS_PERIOD_S}
     bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
     if shadow is not None:
