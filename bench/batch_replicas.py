@@ -24,12 +24,10 @@ from dataclasses import dataclass
 from bench.run_header import run_header
 from bench.wattwise import COMPOSITE, workload
 from sim.config import SimConfig
-from sim.metrics import summarise
+from sim.metrics import J_PER_KWH, summarise
 from sim.oracle import oracle_energy
 from sim.scenario import build
 from sim.simulator import Simulator
-
-J_PER_KWH = 3.6e6
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from core.classes import LengthClassConfig
 from energy.calibration import default_perf_model
 from energy.profile_builder import build_profile
 from sim.config import SimConfig
+from sim.metrics import J_PER_KWH
 from sim.oracle import oracle_energy
 from sim.run import simulate
 from sim.workload import fit_context, load_trace, window
@@ -40,7 +41,7 @@ def policy_table(duration_s: float | None) -> None:
         print(f"{r['policy']:>12} {r['energy_kwh']:>7.2f} {r['energy_j'] / base:>9.2f} {r['gpu_hours']:>7.1f} "
               f"{r['slo_attainment']['overall'] * 100:>6.1f} {worst:>4} {per_class[worst] * 100:>7.1f}% "
               f"{r['p99_ttft_s']:>10.2f}")
-    print(f"{'oracle':>12} {oracle.energy_j / 3.6e6:>7.2f} {oracle.energy_j / base:>9.2f} {oracle.gpu_hours:>7.1f}")
+    print(f"{'oracle':>12} {oracle.energy_j / J_PER_KWH:>7.2f} {oracle.energy_j / base:>9.2f} {oracle.gpu_hours:>7.1f}")
 
 
 def milp_times(repeats: int = 20) -> None:

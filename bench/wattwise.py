@@ -49,7 +49,7 @@ import numpy as np
 from energy.hardware import MODELS
 from sim.config import SimConfig
 from sim.held_capacity import Floors
-from sim.metrics import summarise
+from sim.metrics import J_PER_KWH, summarise
 from sim.scenario import SIMULATORS, SPECS, build
 from sim.simulator import Simulator
 from sim.workload import (
@@ -199,7 +199,7 @@ def table(rows: list[dict[str, Any]], floors: Floors) -> str:
     paced = "" if all(r["slo_attainment"].get("batch") is None for r in rows) else \
         f"  (batch work paced over {oracle.batch_pace_s:.0f} s)"
     for f in floors.rows():
-        lines.append(f"{f.label:>17} {f.energy_j / 3.6e6:>6.2f} {f.energy_j / base['energy_j']:>5.2f}"
+        lines.append(f"{f.label:>17} {f.energy_j / J_PER_KWH:>6.2f} {f.energy_j / base['energy_j']:>5.2f}"
                      f" {'':>6} {f.gpu_hours:>6.1f} {f.gpu_hours / base['gpu_hours']:>5.2f}"
                      + (paced if f.peak_gpus is None else f"  ({f.peak_gpus} GPUs at most)"))
     return "\n".join(lines)
@@ -299,7 +299,7 @@ def plot(rows: list[dict[str, Any]], out_dir: Path, name: str) -> list[Path]:
     fig, (energy_ax, replicas_ax) = plt.subplots(2, 1, figsize=(9, 7), sharex=True)
     for r in rows:
         t = np.asarray(r["series"]["t_s"]) / 3600
-        energy_ax.plot(t, np.asarray(r["series"]["energy_j"]) / 3.6e6, label=r["policy"],
+        energy_ax.plot(t, np.asarray(r["series"]["energy_j"]) / J_PER_KWH, label=r["policy"],
                        linewidth=2.5 if r["policy"] == COMPOSITE else 1)
         replicas = np.sum([np.asarray(v) for v in r["series"]["ready"].values()], axis=0)
         replicas_ax.step(t, replicas, where="post", label=r["policy"], linewidth=2.5 if r["policy"] == COMPOSITE else 1)

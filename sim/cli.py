@@ -16,6 +16,7 @@ from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from sim.config import SimConfig
 from sim.held_capacity import Floors
+from sim.metrics import J_PER_KWH
 from sim.run import simulate
 from sim.scenario import SPECS
 from sim.workload import (
@@ -105,7 +106,7 @@ def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
         )
     if floors is not None:
         for f in floors.rows():
-            lines.append(f"{f.label:>18} {f.energy_j / 3.6e6:>10.2f} {f.energy_j / base:>7.2f} {f.gpu_hours:>7.1f}")
+            lines.append(f"{f.label:>18} {f.energy_j / J_PER_KWH:>10.2f} {f.energy_j / base:>7.2f} {f.gpu_hours:>7.1f}")
     return "\n".join(lines)
 
 

@@ -10,6 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from sim.metrics import J_PER_KWH
 from sim.simulator import RawRun
 
 
@@ -35,7 +36,7 @@ def plot_runs(runs: dict[str, RawRun], out_dir: Path) -> list[Path]:
 
     fig, ax = plt.subplots(figsize=(8, 4))
     for policy, raw in runs.items():
-        ax.plot(np.asarray(raw.series.t_s) / 60, np.asarray(raw.series.energy_j) / 3.6e6, label=policy)
+        ax.plot(np.asarray(raw.series.t_s) / 60, np.asarray(raw.series.energy_j) / J_PER_KWH, label=policy)
     ax.set(xlabel="time (min)", ylabel="cumulative energy (kWh)", title="Energy over time")
     ax.legend()
     save(fig, "energy.png")
