@@ -9,7 +9,6 @@ other); routing by KV room sends all three to the other.
 """
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -102,12 +101,12 @@ def test_a_prompt_skips_the_replica_whose_kv_cache_is_full_for_the_shorter_queue
     streams = [_Stream(client, _prompt(FILLING_PROMPT_TOKENS), max_tokens=3_000)]
     try:
         streams[0].started(timeout_s=240)
-        deadline_s = time.monotonic() + 120
-        full: dict[str, tuple[float, float]] = {}
-        while time.monotonic() < deadline_s and not full:
-            full = {r: s for r, s in _long_pool(served).items() if s[1] >= DEFAULT_KV_HEADROOM}
-            time.sleep(1)
-        assert len(full) == 1, f"no replica past the headroom: {_long_pool(served)}"
+
+        def past_headroom() -> dict[str, tuple[float, float]]:
+            return {r: s for r, s in _long_pool(served).items() if s[1] >= DEFAULT_KV_HEADROOM}
+        wait_for(past_headroom, 120, "a long-pool replica past the KV headroom")
+        full = past_headroom()
+        assert len(full) == 1, f"not one replica past the headroom: {_long_pool(served)}"
         filled = next(iter(full))
         for _ in range(3):
             streams.append(_Stream(client, _prompt(FOLLOWING_PROMPT_TOKENS), max_tokens=2_000))
