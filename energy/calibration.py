@@ -126,6 +126,11 @@ def _perf_model(model: str, hardware: str, profile: str | None) -> PerfModel:
     return perf
 
 
+@lru_cache(maxsize=1)
+def _capped_rows() -> tuple[Measurement, ...]:
+    return tuple(r for r in load_measurements() if r.model == "llama2-70b" and r.hardware == "h100-80gb-pcap")
+
+
 def is_held_out(m: Measurement) -> bool:
     """Deterministic ~20% of distinct configurations (all their repeats go together,
     so a held-out row never has a twin in the training set)."""
@@ -165,12 +170,13 @@ def holdout_report(model: str = "llama2-70b", hardware: str = "h100-80gb") -> Ho
     )
 
 
-def power_cap_report(cap_w_per_gpu: float = 350.0) -> tuple[float, float]:
+def power_cap_report(cap_w_per_gpu: float = 350.0, perf: PerfModel | None = None) -> tuple[float, float]:
     """Predict the power-capped H100 rows from the uncapped fit plus the power model.
 
-    Splitwise caps each H100 at 50% (350 W). Returns (prompt MAPE %, token MAPE %)."""
-    pm = splitwise_perf_model("llama2-70b", "h100-80gb")
-    capped = [r for r in load_measurements() if r.model == "llama2-70b" and r.hardware == "h100-80gb-pcap"]
+    Splitwise caps each H100 at 50% (350 W). Returns (prompt MAPE %, token MAPE %).
+    `perf`: Splitwise's Llama2-70B H100 fit on another GpuSpec (energy.clock_fit fits on this)."""
+    pm = splitwise_perf_model("llama2-70b", "h100-80gb") if perf is None else perf
+    capped = _capped_rows()
     prompt_clock = pm.clock_under_power_cap("prompt", cap_w_per_gpu)
     token_clock = pm.clock_under_power_cap("token", cap_w_per_gpu)
     prompt_pred = [

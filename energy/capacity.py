@@ -63,9 +63,9 @@ class CapacityModel:
     def max_batch(self, tp: int, clock_mhz: float, context_tokens: float, tbt_s: float) -> int:
         """Largest decode batch whose iteration fits in `tbt_s` and whose KV fits in its usable
         share (>= 1)."""
-        f = self.perf.fits[tp]
-        per_seq_ms = f.d1 + f.d2 * context_tokens
-        budget_ms = tbt_s * 1000.0 / self.perf.stretch(self.perf.gpu.token_compute_share, clock_mhz) - f.d0
+        c = self.perf.decode_coefficients(tp, clock_mhz)
+        per_seq_ms = c.per_seq_ms + c.per_ctx_ms * context_tokens
+        budget_ms = tbt_s * 1000.0 - c.fixed_ms
         by_time = int(budget_ms / per_seq_ms) if budget_ms > 0 else 0
         by_kv = int(self.perf.kv_capacity_tokens(tp) * self.max_kv_utilisation / max(context_tokens, 1.0))
         return max(min(by_time, by_kv), 1)
@@ -82,13 +82,12 @@ class CapacityModel:
         ctx = load.mean_context_tokens
         prefill_busy = rate * self.prefill_s(tp, clock_mhz, load.mean_prompt_tokens)
         free = 1.0 - prefill_busy
-        f = perf.fits[tp]
-        stretch = perf.stretch(gpu.token_compute_share, clock_mhz) / 1000.0
+        c = perf.decode_coefficients(tp, clock_mhz)
         tokens_per_s = rate * load.mean_output_tokens / max(free, 1e-9)
-        denom = 1.0 - tokens_per_s * (f.d1 + f.d2 * ctx) * stretch
+        denom = 1.0 - tokens_per_s * (c.per_seq_ms + c.per_ctx_ms * ctx) / 1000.0
         if prefill_busy > self.max_utilisation or denom <= 0:
             return Operating(False, float("inf"), float("inf"), prefill_busy, 1.0, 0.0)
-        batch = tokens_per_s * f.d0 * stretch / denom
+        batch = tokens_per_s * c.fixed_ms / 1000.0 / denom
         # Prefill steps interleave with decode steps, stretching the gap between tokens.
         step_batch = max(batch, 1.0)
         tbt = self.decode_iteration_s(tp, clock_mhz, step_batch, ctx) / free
@@ -101,8 +100,10 @@ class CapacityModel:
         )
         # Decode power at the step's batch: a measured curve (ML.ENERGY) rises with load.
         decode_w = perf.decode_power_w(step_batch, step_batch * ctx, tp, clock_mhz)
+        prompt = load.mean_prompt_tokens
+        prefill_w = perf.prefill_power_w(prompt, prompt**2, tp, clock_mhz)
         power = idle_w + tp * (
-            prefill_busy * (perf.phase_power_w("prompt", clock_mhz) - gpu.idle_w)
+            prefill_busy * (prefill_w - gpu.idle_w)
             + decode_busy * (decode_w - gpu.idle_w)
         )
         return Operating(feasible, batch, tbt, prefill_busy, decode_busy, power)

@@ -20,15 +20,20 @@ GPU count, max_num_seqs). What each part of a profile comes from:
 - clock: every row is at default (max boost) clock, so the DVFS part of PerfModel (GpuSpec's
   compute and core-power shares) is modelled, not measured, exactly as for Splitwise.
 - other TPs: the leaderboard ran one TP per model and GPU. A source may name TPs it did not run
-  (`extrapolated_tps`); each coefficient there is the measured one times Splitwise's measured
-  ratio between the two TPs for Llama2-70B on the same GPU (its communication and per-GPU work
-  shares), KV reads from the datasheet, and the same per-GPU power curve. These fits have no
-  held-out rows: the planner may choose them, but their error is unknown.
+  (`extrapolated_tps`). There a decode step keeps the measured step's overhead (what is left of
+  d0 once the weights are streamed) plus GpuSpec.tp_comm_ms_per_doubling per doubling, streams
+  1/tp of the weights, and splits the per-sequence work tp ways; KV reads come from the
+  datasheet. Both GPU constants are fitted on the leaderboard's own pairs of TPs for dense
+  models on the same GPU (energy.tp_scaling). Prefill moves by Splitwise's measured ratios
+  between the two TPs for Llama2-70B on the same GPU. The measured power curve moves by
+  GpuSpec.tp_power_ratio_per_doubling (PerfModel.power_tp). DynamoLLM's TP8/TP4 energy
+  (energy.model_check) checks these TPs; the leaderboard has no rows of them.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,15 +142,18 @@ def _reference_prefill() -> PhaseFit:
     return splitwise_perf_model(_REFERENCE_MODEL, _PREFILL_REFERENCE_HARDWARE).fits[_PREFILL_REFERENCE_TP]
 
 
-def _scaled_by_tp_ratio(fit: PhaseFit, hardware: str, measured_tp: int, tp: int, d2: float) -> PhaseFit:
-    """`fit` (measured at `measured_tp`) moved to `tp` by Splitwise's Llama2-70B ratios."""
-    fits = splitwise_perf_model(_REFERENCE_MODEL, hardware).fits
+def _moved_to_tp(fit: PhaseFit, perf: PerfModel, measured_tp: int, tp: int) -> PhaseFit:
+    """`fit` (measured at `measured_tp`) moved to `tp`: decode by the GPU's TP law, prefill by
+    Splitwise's measured Llama2-70B ratios on the same GPU."""
+    fits = splitwise_perf_model(_REFERENCE_MODEL, perf.gpu.name).fits
     if measured_tp not in fits or tp not in fits:
-        raise ValueError(f"Splitwise measured Llama2-70B on {hardware} at TP{list(fits)}: "
+        raise ValueError(f"Splitwise measured Llama2-70B on {perf.gpu.name} at TP{list(fits)}: "
                          f"cannot extrapolate TP{measured_tp} to TP{tp}")
     at, base = fits[tp], fits[measured_tp]
+    overhead = perf.overhead_ms(measured_tp) + perf.gpu.tp_comm_ms_per_doubling * math.log2(tp / measured_tp)
     return PhaseFit(fit.p0 * at.p0 / base.p0, fit.p1 * at.p1 / base.p1, fit.p2 * at.p2 / base.p2,
-                    fit.d0 * at.d0 / base.d0, fit.d1 * at.d1 / base.d1, d2)
+                    max(overhead, 0.0) + perf.weight_read_ms(tp), fit.d1 * measured_tp / tp,
+                    kv_read_ms_per_token(perf.model, perf.gpu.name, tp))
 
 
 def _prefill_scale(rows: list[LeaderboardRow], reference: PhaseFit) -> float:
@@ -175,12 +183,10 @@ def fit_profile(source: MlEnergySource, rows: list[LeaderboardRow], model: str |
     ref = _reference_prefill()
     scale = _prefill_scale(rows, ref)
     fit = PhaseFit(ref.p0 * scale, ref.p1 * scale, ref.p2 * scale, float(d0), float(d1), d2)
-    fits = {source.tp: fit} | {
-        tp: _scaled_by_tp_ratio(fit, source.hardware, source.tp, tp, kv_read_ms_per_token(spec, source.hardware, tp))
-        for tp in source.extrapolated_tps
-    }
     curve = DecodePowerCurve(float(base_w), float(per_seq_w), gpu.prompt_w)
-    return PerfModel(gpu, spec, fits, curve)
+    measured = PerfModel(gpu, spec, {source.tp: fit}, curve, power_tp=source.tp)
+    fits = {source.tp: fit} | {tp: _moved_to_tp(fit, measured, source.tp, tp) for tp in source.extrapolated_tps}
+    return PerfModel(gpu, spec, fits, curve, power_tp=source.tp)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,10 @@ their steps take, so at the low clocks the deadlines allow, a replica serving lo
 fills its KV, and once a prompt is refused, blocks free only as requests finish, seconds
 later (the day: all 16 misses were prompts refused for KV on one TP2 replica holding 41
 requests at 800-1,100 MHz).
-Raising is asked at once; lowering at most every `clock_lower_interval_s`. A clock asked
+The search goes no lower than the clock at which a decode step costs the least energy above
+the floor (`energy_floor`; throttLL'eM's own sweet spot, §III-A): below it a step's work
+stretches faster than its power falls (energy.perf_model), so saving SLO slack there spends
+energy. Raising is asked at once; lowering at most every `clock_lower_interval_s`. A clock asked
 reaches the GPUs late: the replica forwards it to the node's GPU-control actor
 periodically, and the lock takes effect after its latency (core.overheads; the batcher
 models the same). So a raise for a prompt is searched knowing the present clock runs
@@ -55,6 +58,16 @@ class ThrottllemClock:
         self._ready_mhz: dict[float, float] = {}  # by TTFT target
         # Each TTFT target's largest burst's prefills, and what they were worked out for.
         self._bursts: dict[float, tuple[tuple[int, int, int, int], PrefillWork]] = {}
+        self._efficient_mhz: dict[int, float] = {}  # by TP: the least-energy decode clock
+
+    def efficient_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+        """The lowest clock worth running at: a decode step's least energy above the floor (the
+        same at any batch, as every part of the step's work stretches alike)."""
+        tp = batcher.tensor_parallel
+        if tp not in self._efficient_mhz:
+            clocks = [float(c) for c in self.projector.synced_table.clocks_mhz]
+            self._efficient_mhz[tp] = batcher.perf.least_energy_clock_mhz(8, 8 * 1000.0, tp, clocks)
+        return self._efficient_mhz[tp]
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
         """Record the prompts that arrived since the last step, in arrival order (the queue
@@ -153,6 +166,8 @@ class ThrottllemClock:
         if self._prompts:
             ready = self.ready_clock_mhz(batcher)
             target = ready if target is None else max(target, ready)
+        if target is not None and self.config.energy_floor:
+            target = max(target, self.efficient_clock_mhz(batcher))
         if target is None or target == batcher.clock_target_mhz:
             return None
         if target < batcher.clock_target_mhz:

@@ -53,6 +53,11 @@ class ThrottllemConfig(BaseModel):
         "Online correction of M: projections are stretched by an EWMA (this weight per step) of each "
         "observed step's time over M's prediction for it, which takes in the prefills M does not "
         "model. 0 turns it off."))
+    energy_floor: bool = Field(default=True, description=(
+        "Search no lower than the clock at which a decode step costs the least energy above the "
+        "GPUs' floor (the perf model's; throttLL'eM §III-A's efficiency sweet spot): below it the "
+        "step's work stretches faster than its power falls, so a lower clock spends energy. "
+        "False: the lowest clock that passes the checks, as the paper throttles."))
     clock_lower_interval_s: float = Field(default=1.0, ge=0, description=(
         "Least time (s) between two clock lowerings; raising is not rate-limited."))
     ready_prompt_window_s: float = Field(default=60.0, gt=0, description=(

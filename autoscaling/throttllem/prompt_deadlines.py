@@ -56,6 +56,8 @@ class PrefillWork:
         self.prefill_s = np.cumsum(perf.prefill_time_s(left, left * target, tp, top) - per_step_s) \
             + self.steps * per_step_s
         self.decode_share_s = decode_share_s(batcher) if decode_s is None else decode_s
+        # Each step's overhead does not stretch with the clock; the rest of a prefill does.
+        self.overhead_s = perf.prefill_overhead_s(tp)
 
     @classmethod
     def of_burst(cls, batcher: ContinuousBatcher, tokens: Sequence[int] | np.ndarray,
@@ -72,9 +74,8 @@ class PrefillWork:
         return work
 
     def _done_s(self, prefill_s: Any, steps: Any, clock_mhz: float) -> Any:
-        gpu = self.perf.gpu
-        return (prefill_s * self.perf.stretch(gpu.prompt_compute_share, clock_mhz)
-                + steps * self.decode_share_s * self.perf.stretch(gpu.token_compute_share, clock_mhz))
+        return (steps * self.overhead_s + (prefill_s - steps * self.overhead_s) * self.perf.work_stretch(
+            "prompt", clock_mhz) + steps * self.decode_share_s * self.perf.work_stretch("token", clock_mhz))
 
     def done_s(self, clock_mhz: float) -> np.ndarray:
         return self._done_s(self.prefill_s, self.steps, clock_mhz)

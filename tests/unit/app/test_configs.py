@@ -53,7 +53,7 @@ def _shipped_args() -> dict:
     (lambda a: a["pools"][0].update(classes=["XX"]), "pools[0].classes", "unknown length class 'XX'; known: ['SS'"),
     (lambda a: a["pools"][0]["engine"].update(model="gpt-17"), "",
      "pools[0].engine.model: unknown model 'gpt-17'; "
-     "known: ['bloom-176b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
+     "known: ['bloom-176b', 'llama2-13b', 'llama2-70b', 'llama3.1-70b', 'llama3.1-8b']"),
     (lambda a: a["pools"][1]["engine"].update(hardware="tpu-v9"), "", "pools[1].engine.hardware: unknown GPU 'tpu-v9'"),
     (lambda a: a["pools"][2]["engine"].update(model="llama3.1-70b", throttllem={"model": "llama2-70b"}), "",
      "pools[2].engine.throttllem.model ('llama2-70b') must be the engine's ('llama3.1-70b')"),

@@ -201,9 +201,9 @@ def test_a_fold_that_gives_back_gpus_at_a_few_more_watts_pays_only_where_gpus_ar
 
 
 def test_a_held_gpu_is_worth_a_few_watts_to_the_planner(profile) -> None:
-    """Power alone holds eight TP2 replicas at 1,200 MHz for the code trace's long prompts
-    to save 89 W over seven at 1,400; `held_gpu_w` gives the GPUs back."""
-    rates = {"LM": 20.0}
+    """Power alone holds seven TP4 replicas at 1,200 MHz for 40 long prompts a second to save
+    58 W over six at 1,600; `held_gpu_w` gives the GPUs back."""
+    rates = {"LM": 40.0}
     power_only = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, ttft_headroom=0.6)
     weighed = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, ttft_headroom=0.6, held_gpu_w=200.0)
     assert power_only is not None and weighed is not None
