@@ -21,8 +21,8 @@ Mirrored from Ray 2.60 (the installed `ray` package):
 The one parameter an operator must choose is `target_ongoing_requests`: Ray Serve LLM's
 default (`ray/llm/_internal/serve/core/server/builder.py`, DEFAULT_DEPLOYMENT_OPTIONS) is
 DEFAULT_MAX_TARGET_ONGOING_REQUESTS = 1e9 (`ray/llm/_internal/serve/constants.py`): it never
-scales until the operator sets one. `target_ongoing_requests_for` gives the informed
-operator's setting (a load test's reading), `most_efficient_tp` the TP they deploy.
+scales until the operator sets one. The simulator sets it from a load test of one replica
+(`sim/load_test.py`), as Serve's autoscaling guide asks; `most_efficient_tp` picks the TP.
 """
 
 from __future__ import annotations
@@ -164,13 +164,6 @@ def busiest_operating(cap: CapacityModel, tp: int, clock_mhz: float, shape: Load
         mid = (low + high) / 2
         low, high = (mid, high) if at(mid).feasible else (low, mid)
     return low, at(low)
-
-
-def target_ongoing_requests_for(cap: CapacityModel, tp: int, shape: Load, tbt_s: float) -> float:
-    """The informed operator's target: the requests on one replica (decoding, plus the share of
-    time it prefills) at the busiest load it carries at max clock within `tbt_s`."""
-    _, op = busiest_operating(cap, tp, cap.perf.gpu.max_clock_mhz, shape, tbt_s)
-    return max(op.batch + op.prefill_busy, 1.0)
 
 
 def most_efficient_tp(cap: CapacityModel, shape: Load, tbt_s: float) -> int:

@@ -117,7 +117,8 @@ def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     logging.basicConfig(format="%(message)s")
-    logging.getLogger("sim.best_static").setLevel(logging.INFO)  # the plan it found, and the search's time
+    for chooser in ("sim.best_static", "sim.scenario"):  # best-static's plan and search time, Serve's target
+        logging.getLogger(chooser).setLevel(logging.INFO)
     config = SimConfig(
         model=args.model, hardware=args.hardware, profile=args.profile, cluster_gpus=args.gpus,
         overheads=OverheadTable.cold_cloud() if args.cold_start else OverheadTable(),

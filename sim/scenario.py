@@ -25,7 +25,7 @@ from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.chiron.over_provisioning import theta_from_arrivals
 from autoscaling.chiron.policy import split_interactive_mixed
 from autoscaling.registry import make_policy
-from autoscaling.serve_autoscaler import most_efficient_tp, target_ongoing_requests_for
+from autoscaling.serve_autoscaler import most_efficient_tp
 from autoscaling.sla_planner.policy import SlaPool, recommended_tp
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
@@ -75,7 +75,9 @@ SPECS: dict[str, PolicySpec] = {
     # (its layout is searched too), Ray Serve's autoscaler, NVIDIA Dynamo's SLA planner.
     "best-static": PolicySpec("searched", app_tp=False, pool_plan_args=True, picks_tp=True),
     "serve-autoscaler": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
-    "sla-planner": PolicySpec("by_input", app_tp=False, pool_plan_args=False, picks_tp=True),
+    # One pool, as Dynamo deploys a model (on the app's three pools its floor of one replica
+    # each cost 1.27x SinglePool's energy on conv).
+    "sla-planner": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
 }
 # Policies whose request path needs more than the base simulator.
 SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
@@ -295,29 +297,34 @@ def serve_autoscaler_pools(w: Workload, config: SimConfig,
                            lengths: LengthClassConfig) -> tuple[list[PoolSetup], ControlPolicy]:
     """What a Ray Serve LLM user deploys: one pool at the profile's most tokens/J TP at max clock
     (for the workload's mean request within the tightest TBT target), started for the opening
-    minute's load, scaled by Serve's autoscaler with the informed operator's target (the
-    requests one replica holds at its busiest within that TBT target)."""
+    minute's load, scaled by Serve's autoscaler on the target an operator reads off a load test
+    of one replica (the ongoing requests at the highest steady rate meeting the SLO target in
+    every class)."""
+    from sim.load_test import load_test  # it runs replicas with this module's helpers
+
     cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
     everything = tuple(LengthClassConfig.names())
     every_request = np.ones(len(w), dtype=bool)
-    shape, tbt = mean_load(w, every_request), pool_slo(everything, lengths).tbt_s
-    tp, clock = most_efficient_tp(cap, shape, tbt), cap.perf.gpu.max_clock_mhz
+    tbt = pool_slo(everything, lengths).tbt_s
+    tp, clock = most_efficient_tp(cap, mean_load(w, every_request), tbt), cap.perf.gpu.max_clock_mhz
     setup = PoolSetup("pool-all", everything, tp, clock, opening_replicas(w, every_request, tp, config, tbt))
-    return [setup], make_policy("serve-autoscaler",
-                                target_ongoing_requests={setup.name: target_ongoing_requests_for(cap, tp, shape, tbt)},
+    tested = load_test(w, tp, clock, config, lengths)
+    log.info("serve-autoscaler: TP%d, target %.1f ongoing requests per replica (load test: %.2f req/s)",
+             tp, tested.ongoing_requests, tested.rate_per_s)
+    return [setup], make_policy("serve-autoscaler", target_ongoing_requests={setup.name: tested.ongoing_requests},
                                 clock_mhz={setup.name: clock})
 
 
 def sla_planner_pools(w: Workload, config: SimConfig,
                       lengths: LengthClassConfig) -> tuple[list[PoolSetup], ControlPolicy]:
-    """The app's pools by input length, each at the TP Dynamo's profiler recommends for its
-    mean request and SLOs, at max clock, started for the opening minute's load; Dynamo's SLA
-    planner sizes them from then on."""
+    """Its layout's pools (one, as Dynamo deploys a model), each at the TP Dynamo's profiler
+    recommends for its mean request and SLOs, at max clock, started for the opening minute's
+    load; Dynamo's SLA planner sizes them from then on."""
     cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
     classes = length_classes(w, lengths)
     clock = cap.perf.gpu.max_clock_mhz
     setups, pools = [], {}
-    for name, (members, _) in layout("by_input").items():
+    for name, (members, _) in layout(SPECS["sla-planner"].layout).items():
         mask = np.isin(classes, members)
         shape, slo = mean_load(w, mask), pool_slo(members, lengths)
         if not mask.any():  # a pool no request reaches is planned for the trace's mean request
