@@ -19,7 +19,9 @@ from autoscaling.sla_planner.policy import (
 )
 from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
+from deployments.serve_adapter import AppAutoscalingPolicy
 from energy.capacity import Load
+from tests.factories import autoscaling_context, by_deployment
 
 POOL = SlaPool(tensor_parallel=4, clock_mhz=1980, ttft_s=0.4, itl_s=0.1, mean_prompt_tokens=500,
                mean_output_tokens=200)
@@ -93,3 +95,14 @@ def test_the_arima_predictor_repeats_the_last_value_until_it_has_five():
         assert predictor.predict() == value
     predictor.add(9.0)
     assert predictor.predict() == pytest.approx(10.0, rel=0.1)
+
+
+def test_serve_runs_it_as_a_policy_from_serve_config():
+    policy = AppAutoscalingPolicy(policy="sla-planner", pools={"pool-a": POOL.model_dump()}, load_predictor="constant",
+                                  adjustment_interval_s=10.0)
+    metrics = {"running_requests": [1, 1], "rate_per_s.MM": [50.0, 50.0]}
+    first, _ = policy(by_deployment(autoscaling_context("pool-a", 2, metrics, now_s=100.0)))
+    assert list(first.values()) == [2]  # no adjustment yet: Serve's target stays
+    ctx = autoscaling_context("pool-a", 2, metrics, now_s=110.0)
+    decisions, _ = policy(by_deployment(ctx))
+    assert decisions[ctx.deployment_id] == policy.policy.replicas_for("pool-a", 100.0 * 10.0) > 2
