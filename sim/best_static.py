@@ -66,20 +66,29 @@ class BestStatic:
     search_s: float
 
 
+def median_prompts(w: Workload, lengths: LengthClassConfig) -> dict[str, float]:
+    """Each length class's median prompt (tokens), for the classes `w` has."""
+    classes = length_classes(w, lengths)
+    return {c: float(np.median(w.prompt_tokens[classes == c])) for c in np.unique(classes)}
+
+
 def ranked_candidates(w: Workload, members: tuple[str, ...], config: SimConfig,
                       lengths: LengthClassConfig) -> list[Candidate]:
     """Every (TP, clock) of the profile that carries `w`'s peak window within the pool's TBT
-    target and prefills its mean prompt within its TTFT target, cheapest estimate first."""
+    target and prefills each class's median prompt within the class's TTFT target (else half
+    of the class misses it), cheapest estimate first."""
     cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
     everything = np.ones(len(w), dtype=bool)
     window_s = config.provision_window_s
     peak, shape, slo = peak_load(w, everything, window_s), mean_load(w, everything), pool_slo(members, lengths)
+    medians = median_prompts(w, lengths)
     windows, counts = np.unique(np.bincount((w.arrival_s // window_s).astype(np.int64)), return_counts=True)
     out = []
     for tp in cap.perf.tensor_parallel_degrees:
         for clock in cap.perf.gpu.supported_clocks_mhz():
             n = cap.instances_needed(tp, clock, peak, slo.tbt_s)
-            if n is None or cap.prefill_s(tp, clock, shape.mean_prompt_tokens) > slo.ttft_s:
+            slow = any(cap.prefill_s(tp, clock, prompt) > lengths.slo(c).ttft_s for c, prompt in medians.items())
+            if n is None or slow:
                 continue
             n = max(n, 1)
             power_w = [cap.operating(tp, clock, n, Load(arrivals / window_s, shape.mean_prompt_tokens,
@@ -113,7 +122,7 @@ def best_pool(w: Workload, name: str, members: tuple[str, ...], config: SimConfi
         if sum(v.worst_class_attainment >= config.provision_slo_target for v in tried) == verify_top:
             break
     if not tried:
-        raise ValueError(f"pool {name}: no TP and clock of the profile carries its peak load")
+        raise ValueError(f"pool {name}: no TP and clock of the profile carries its peak load within its SLOs")
     meeting = [v for v in tried if v.worst_class_attainment >= config.provision_slo_target]
     if meeting:
         return min(meeting, key=lambda v: v.energy_j), len(tried)

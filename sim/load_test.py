@@ -33,7 +33,8 @@ def load_test(w: Workload, tp: int, clock_mhz: float, config: SimConfig = SimCon
               lengths: LengthClassConfig = LengthClassConfig(), duration_s: float = 600.0, steps: int = 7,
               seed: int = 0) -> LoadTest:
     """Bisect the arrival rate between 0 and twice the fluid model's busiest rate within the
-    tightest TBT target, each step a `duration_s` run of one TP `tp` replica at `clock_mhz`."""
+    tightest TBT target (doubled while that still meets the target), each step a `duration_s`
+    run of one TP `tp` replica at `clock_mhz`."""
     cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
     everything = tuple(LengthClassConfig.names())
     fluid_rate, _ = busiest_operating(cap, tp, clock_mhz, mean_load(w, np.ones(len(w), dtype=bool)),
@@ -49,6 +50,11 @@ def load_test(w: Workload, tp: int, clock_mhz: float, config: SimConfig = SimCon
         return rate * float(np.nanmean(log.e2e_s))
 
     low, high, at_low = 0.0, 2 * fluid_rate, 1.0
+    for _ in range(steps):  # a model whose fluid rate is low by more than 2x: widen first
+        found = ongoing(high)
+        if found is None:
+            break
+        low, high, at_low = high, 2 * high, found
     for _ in range(steps):
         mid = (low + high) / 2
         found = ongoing(mid)

@@ -163,7 +163,7 @@ def provision(
     for name, (members, tp) in pools.items():
         mask = np.isin(classes, members)
         load = peak_load(w, mask, config.provision_window_s)
-        tbt = min(lengths.slo(c).tbt_s for c in members)
+        tbt = pool_slo(members, lengths).tbt_s
         n = cap.instances_needed(tp, clock, load, tbt)
         if n is None:
             raise ValueError(f"pool {name}: no number of TP{tp} replicas carries its peak load {load}")
@@ -283,7 +283,7 @@ def splitwise_pools(
     clock = float(perf.gpu.max_clock_mhz)
     token_clock = token_clock_mhz or clock
     load = peak_load(w, np.ones(len(w), dtype=bool), config.provision_window_s)
-    tbt = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+    tbt = pool_slo(tuple(LengthClassConfig.names()), lengths).tbt_s
     everything = tuple(LengthClassConfig.names())
     return [
         PoolSetup("pool-prompt", everything, MAX_TP, clock, prompt or prompt_replicas(cap, MAX_TP, clock, load),
@@ -466,7 +466,7 @@ def build(
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
         # Each step fits the tightest TBT target of the classes (a pool may host them all), and
         # prompts prefill by TTFT deadline (short ones do not wait out a long one's chunks).
-        step_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+        step_s = pool_slo(tuple(LengthClassConfig.names()), lengths).tbt_s
         setups = [replace(s, tensor_parallel=start_tp(s.name, s.tensor_parallel, config, picks_tp=True),
                           interactive_first=True, min_replicas=0, step_time_target_s=step_s,
                           prefill_by_ttft_deadline=True)
@@ -480,5 +480,5 @@ def build(
         return setups, make_policy(name)
     kwargs = provisioned_plan(setups, config)
     if name in ("scalefreq", "scaleshard"):
-        kwargs["ttft_s"] = {s.name: min(lengths.slo(c).ttft_s for c in s.classes) for s in setups}
+        kwargs["ttft_s"] = {s.name: pool_slo(s.classes, lengths).ttft_s for s in setups}
     return setups, make_policy(name, **kwargs)

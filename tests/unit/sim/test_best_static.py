@@ -13,7 +13,7 @@ from core.classes import LengthClassConfig
 from sim.best_static import Candidate, VerifiedPool, best_pool, ranked_candidates, search_best_static, verify
 from sim.config import SimConfig
 from sim.run import simulate
-from sim.scenario import layout, meets_slos, pool_slo
+from sim.scenario import layout, meets_slos
 from sim.simulator import PoolSetup
 from sim.workload import Workload, fit_context, load_trace, window
 
@@ -60,10 +60,14 @@ def test_candidates_carry_the_peak_within_the_slos_and_come_cheapest_estimate_fi
     candidates = ranked_candidates(code_bursts, EVERYTHING, CONFIG, LengthClassConfig())
     energies = [c.estimated_energy_j for c in candidates]
     assert energies == sorted(energies) and len({(c.tensor_parallel, c.clock_mhz) for c in candidates}) > 10
-    ttft = pool_slo(EVERYTHING, LengthClassConfig()).ttft_s
+    lengths = LengthClassConfig()
     cap = best_static.CapacityModel(best_static.default_perf_model(CONFIG.model, CONFIG.hardware, CONFIG.profile))
-    mean_prompt = float(code_bursts.prompt_tokens.mean())
-    assert all(cap.prefill_s(c.tensor_parallel, c.clock_mhz, mean_prompt) <= ttft for c in candidates)
+    medians = best_static.median_prompts(code_bursts, lengths)
+    assert all(cap.prefill_s(c.tensor_parallel, c.clock_mhz, prompt) <= lengths.slo(cls).ttft_s
+               for c in candidates for cls, prompt in medians.items())
+    # A TTFT no shape prefills the long class's median prompt in leaves no candidate.
+    assert ranked_candidates(code_bursts, EVERYTHING, CONFIG, LengthClassConfig(ttft_s={"S": 0.25, "M": 0.4,
+                                                                                        "L": 0.001})) == []
 
 
 def test_a_verified_candidate_has_the_fewest_replicas_meeting_every_class(code_bursts):
