@@ -33,8 +33,8 @@ def load_test(w: Workload, tp: int, clock_mhz: float, config: SimConfig = SimCon
               lengths: LengthClassConfig = LengthClassConfig(), duration_s: float = 600.0, steps: int = 7,
               seed: int = 0) -> LoadTest:
     """Bisect the arrival rate between 0 and twice the fluid model's busiest rate within the
-    tightest TBT target (doubled while that still meets the target), each step a `duration_s`
-    run of one TP `tp` replica at `clock_mhz`."""
+    tightest TBT target (the top doubled when every step met), each step a `duration_s` run of
+    one TP `tp` replica at `clock_mhz`."""
     cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
     everything = tuple(LengthClassConfig.names())
     fluid_rate, _ = busiest_operating(cap, tp, clock_mhz, mean_load(w, np.ones(len(w), dtype=bool)),
@@ -50,16 +50,16 @@ def load_test(w: Workload, tp: int, clock_mhz: float, config: SimConfig = SimCon
         return rate * float(np.nanmean(log.e2e_s))
 
     low, high, at_low = 0.0, 2 * fluid_rate, 1.0
-    for _ in range(steps):  # a model whose fluid rate is low by more than 2x: widen first
-        found = ongoing(high)
-        if found is None:
+    for _ in range(4):  # a model whose fluid rate is low by over 2x: widen while every step met
+        capped = True
+        for _ in range(steps):
+            mid = (low + high) / 2
+            found = ongoing(mid)
+            if found is None:
+                high, capped = mid, False
+            else:
+                low, at_low = mid, found
+        if not capped:
             break
-        low, high, at_low = high, 2 * high, found
-    for _ in range(steps):
-        mid = (low + high) / 2
-        found = ongoing(mid)
-        if found is None:
-            high = mid
-        else:
-            low, at_low = mid, found
+        high *= 2
     return LoadTest(low, max(at_low, 1.0))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+import sim.load_test as load_testing
 from autoscaling.registry import make_policy
 from core.classes import LengthClassConfig
 from energy.calibration import default_perf_model
@@ -71,3 +72,11 @@ def test_sla_planner_sizes_each_pool_only_on_its_adjustment_interval():
     for name in raw.pool_names:  # nothing moves before the first adjustment at 180 s
         assert (_ready(raw, name)[t < 180] == _ready(raw, name)[0]).all()
     assert sum(_ready(raw, n).max() - _ready(raw, n)[0] for n in raw.pool_names) > 0
+
+
+def test_the_load_test_looks_past_a_fluid_rate_that_is_far_too_low(step, monkeypatch):
+    real = load_testing.busiest_operating
+    monkeypatch.setattr(load_testing, "busiest_operating", lambda *a: (0.25, real(*a)[1]))
+    clock = default_perf_model("llama2-70b", "h100-80gb", None).gpu.max_clock_mhz
+    found = load_test(step, 4, clock, SimConfig(), duration_s=120.0, steps=3)
+    assert found.rate_per_s > 2 * 0.25
