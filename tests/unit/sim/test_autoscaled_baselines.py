@@ -51,8 +51,8 @@ def test_the_operators_load_test_finds_a_lower_rate_under_a_tighter_ttft(step):
     tight = LengthClassConfig()
     loose = LengthClassConfig(ttft_s={"S": 2.0, "M": 2.0, "L": 2.0})
     clock = default_perf_model("llama2-70b", "h100-80gb", None).gpu.max_clock_mhz
-    at_tight = load_test(step, 4, clock, SimConfig(), tight, duration_s=120.0, steps=4)
-    at_loose = load_test(step, 4, clock, SimConfig(), loose, duration_s=120.0, steps=4)
+    at_tight = load_test(step, 4, clock, SimConfig(), tight, duration_s=120.0, steps=3)
+    at_loose = load_test(step, 4, clock, SimConfig(), loose, duration_s=120.0, steps=3)
     assert 0 < at_tight.rate_per_s < at_loose.rate_per_s
     assert 1.0 <= at_tight.ongoing_requests < at_loose.ongoing_requests
 
