@@ -14,6 +14,8 @@ from autoscaling.baselines import (
 )
 from autoscaling.chiron.policy import ChironConfig, ChironPolicy
 from autoscaling.dynamollm.policy import make_dynamollm
+from autoscaling.serve_autoscaler import ServeAutoscalerConfig, ServeAutoscalerPolicy
+from autoscaling.sla_planner.policy import SlaPlannerConfig, SlaPlannerPolicy
 from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler
 from autoscaling.throttllem.config import ThrottllemScalingConfig
 from autoscaling.utilisation import UtilisationConfig, UtilisationPolicy
@@ -38,6 +40,11 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "chiron": lambda **kw: ChironPolicy(ChironConfig(**kw)),
     # Splitwise provisions its prompt and token pools once (§IV-D); its work is in routing.
     "splitwise": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "splitwise"),
+    # Baselines a careful operator would run (docs/baselines.md): the cheapest fixed plan found
+    # with hindsight (sim.best_static searches it), Ray Serve's autoscaler, Dynamo's SLA planner.
+    "best-static": lambda **kw: StaticPolicy(PoolPlanConfig(**kw), "best-static"),
+    "serve-autoscaler": lambda **kw: ServeAutoscalerPolicy(ServeAutoscalerConfig(**kw)),
+    "sla-planner": lambda **kw: SlaPlannerPolicy(SlaPlannerConfig(**kw)),
 }
 
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.wattwise import COMPOSITE, run_one, worst_class
+from bench.wattwise import COMPOSITE, run_one
+from sim.metrics import worst_class
 
 TARGET = 0.99
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,7 +17,7 @@ from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from sim.config import SimConfig
 from sim.held_capacity import Floors
-from sim.metrics import J_PER_KWH
+from sim.metrics import J_PER_KWH, worst_class
 from sim.run import simulate
 from sim.scenario import SPECS
 from sim.workload import (
@@ -95,14 +96,17 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
 
 def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
     base = results[0]["energy_j"]
-    head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'p99 TTFT s':>10} " \
-           f"{'p99 TBT s':>9} {'done':>7} {'wall s':>6}"
+    head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'worst class':>11} " \
+           f"{'p99 TTFT s':>10} {'p99 TBT s':>9} {'done':>7} {'wall s':>6} {'setup s':>7}"
     lines = [head]
     for r in results:
+        cls, worst = worst_class(r)
         lines.append(
             f"{r['policy']:>18} {r['energy_kwh']:>10.2f} {r['energy_j'] / base:>7.2f} {r['gpu_hours']:>7.1f} "
-            f"{_fmt(r['slo_attainment']['overall'], 100):>6} {_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} "
-            f"{r['completed']:>7} {r['wall_s']:>6.1f}"
+            f"{_fmt(r['slo_attainment']['overall'], 100):>6} "
+            f"{cls + ' ' + format(worst * 100, '.1f'):>11} "
+            f"{_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} {r['completed']:>7} {r['wall_s']:>6.1f} "
+            f"{r['setup_s']:>7.1f}"
         )
     if floors is not None:
         for f in floors.rows():
@@ -112,6 +116,9 @@ def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
+    logging.basicConfig(format="%(message)s")
+    for chooser in ("sim.best_static", "sim.scenario"):  # best-static's plan and search time, Serve's target
+        logging.getLogger(chooser).setLevel(logging.INFO)
     config = SimConfig(
         model=args.model, hardware=args.hardware, profile=args.profile, cluster_gpus=args.gpus,
         overheads=OverheadTable.cold_cloud() if args.cold_start else OverheadTable(),

@@ -33,6 +33,13 @@ def slo_met(log: RequestLog) -> np.ndarray:
     return log.done & (log.ttft_s <= log.slo_ttft_s) & (log.mean_tbt_s <= log.slo_tbt_s)
 
 
+def attainment_by_class(log: RequestLog, met: np.ndarray | None = None) -> dict[str, float]:
+    """Share of each length class's requests that met their SLO (classes with requests only)."""
+    met = slo_met(log) if met is None else met
+    return {c: float(met[log.length_class == i].mean()) for i, c in enumerate(CLASS_NAMES)
+            if (log.length_class == i).any()}
+
+
 def e2e_deadline_met(log: RequestLog) -> np.ndarray:
     """Completed by its end-to-end deadline (`SLO.e2e_for`: TTFT plus one TBT per further token
     unless the SLO names one): throttLL'eM's measure, looser than `slo_met` (a late first token
@@ -52,6 +59,13 @@ def _group(log: RequestLog, mask: np.ndarray, met: np.ndarray) -> dict[str, Any]
         "e2e_s": _pct(log.e2e_s[mask]),
         "energy_j": float(log.energy_j[mask].sum()),
     }
+
+
+def worst_class(summary: dict[str, Any]) -> tuple[str, float]:
+    """The length class with the lowest SLO attainment in a `summarise` report, and that share."""
+    classes = {k: v for k, v in summary["slo_attainment"].items() if k in CLASS_NAMES}
+    name = min(classes, key=classes.__getitem__)
+    return name, classes[name]
 
 
 def carbon_g(series_t_s: np.ndarray, series_energy_j: np.ndarray, intensity_g_per_kwh: float | np.ndarray) -> float:
@@ -85,8 +99,7 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "carbon_g": carbon_g(np.asarray(raw.series.t_s), np.asarray(raw.series.energy_j), intensity),
         "slo_attainment": {
             "overall": overall["slo_attainment"],
-            **{c: float(met[log.length_class == i].mean()) for i, c in enumerate(CLASS_NAMES)
-               if (log.length_class == i).any()},
+            **attainment_by_class(log, met),
             **{s: float(met[log.interactive == flag].mean()) for s, flag in (("interactive", True), ("batch", False))
                if (log.interactive == flag).any()},
         },

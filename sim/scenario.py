@@ -25,6 +25,8 @@ from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.chiron.over_provisioning import theta_from_arrivals
 from autoscaling.chiron.policy import split_interactive_mixed
 from autoscaling.registry import make_policy
+from autoscaling.serve_autoscaler import most_efficient_tp
+from autoscaling.sla_planner.policy import SlaPool, recommended_tp
 from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
 from autoscaling.throttllem.config import ThrottllemConfig
@@ -33,12 +35,13 @@ from core.classes import LengthClassConfig
 from core.paths import SERVE_CONFIG
 from core.policy import ControlPolicy
 from core.roles import Phase, ReplicaKind
+from core.slo import SLO
 from energy.calibration import default_perf_model
 from energy.capacity import CapacityModel, Load
 from energy.profiles import profile_label
 from sim.config import SimConfig
-from sim.metrics import slo_met
-from sim.simulator import PoolSetup, Simulator
+from sim.metrics import attainment_by_class, slo_met
+from sim.simulator import PoolSetup, RawRun, Simulator
 from sim.splitwise import SplitwiseSimulator
 from sim.workload import Workload
 
@@ -68,6 +71,13 @@ SPECS: dict[str, PolicySpec] = {
     "chiron": PolicySpec("by_kind", app_tp=False, pool_plan_args=False),
     "splitwise": PolicySpec("by_phase", app_tp=False, pool_plan_args=True),
     "wattwise": PolicySpec("by_input", app_tp=True, pool_plan_args=False, picks_tp=True, starts_as_app=True),
+    # Baselines a careful operator would run (issue #68): the cheapest fixed plan with hindsight
+    # (its layout is searched too), Ray Serve's autoscaler, NVIDIA Dynamo's SLA planner.
+    "best-static": PolicySpec("searched", app_tp=False, pool_plan_args=True, picks_tp=True),
+    "serve-autoscaler": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
+    # One pool, as Dynamo deploys a model (on the app's three pools its floor of one replica
+    # each cost 1.27x SinglePool's energy on conv).
+    "sla-planner": PolicySpec("single", app_tp=False, pool_plan_args=False, picks_tp=True),
 }
 # Policies whose request path needs more than the base simulator.
 SIMULATORS: dict[str, type[Simulator]] = {"splitwise": SplitwiseSimulator}
@@ -117,6 +127,28 @@ def peak_load(w: Workload, mask: np.ndarray, window_s: float) -> Load:
                 float(w.output_tokens[mask].mean()))
 
 
+def mean_load(w: Workload, mask: np.ndarray) -> Load:
+    """Mean arrival rate over the run and the mean request shape of the selection."""
+    if not mask.any():
+        return Load(0.0, 0.0, 0.0)
+    return Load(float(mask.sum()) / max(w.duration_s, 1e-9), float(w.prompt_tokens[mask].mean()),
+                float(w.output_tokens[mask].mean()))
+
+
+def pool_slo(members: tuple[str, ...], lengths: LengthClassConfig) -> SLO:
+    """The targets a pool serving `members` plans for: its tightest class's TTFT and TBT."""
+    return SLO(ttft_s=min(lengths.slo(c).ttft_s for c in members), tbt_s=min(lengths.slo(c).tbt_s for c in members))
+
+
+def opening_replicas(w: Workload, mask: np.ndarray, tp: int, config: SimConfig, tbt_s: float) -> int:
+    """Replicas of TP `tp` at max clock for the run's first provision window (at least 1): what
+    an operator starts an autoscaled pool with, before its autoscaler has seen any load."""
+    cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
+    opening = mask & (w.arrival_s < config.provision_window_s)
+    load = peak_load(w, opening, config.provision_window_s)
+    return max(cap.instances_needed(tp, cap.perf.gpu.max_clock_mhz, load, tbt_s) or 1, 1)
+
+
 def provision(
     w: Workload, pools: dict[str, tuple[tuple[str, ...], int]], config: SimConfig, lengths: LengthClassConfig,
     meet_slos: bool = True,
@@ -131,7 +163,7 @@ def provision(
     for name, (members, tp) in pools.items():
         mask = np.isin(classes, members)
         load = peak_load(w, mask, config.provision_window_s)
-        tbt = min(lengths.slo(c).tbt_s for c in members)
+        tbt = pool_slo(members, lengths).tbt_s
         n = cap.instances_needed(tp, clock, load, tbt)
         if n is None:
             raise ValueError(f"pool {name}: no number of TP{tp} replicas carries its peak load {load}")
@@ -150,7 +182,7 @@ def provisioned_plan(setups: list[PoolSetup], config: SimConfig) -> dict[str, An
                 model=config.model, hardware=config.hardware, profile=config.profile)
 
 
-_FEWEST: dict[tuple[str, int, float, str, str], int] = {}
+_FEWEST: dict[tuple[str, int, float, int, bool, str, str], int] = {}
 
 
 def _fingerprint(w: Workload) -> str:
@@ -160,29 +192,39 @@ def _fingerprint(w: Workload) -> str:
     return digest.hexdigest()
 
 
-def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig,
-               lengths: LengthClassConfig = LengthClassConfig()) -> bool:
-    """`setup` held at its replicas, TP and clock (no policy moves it) meets the target on `w`,
-    its own traffic (it is the run's one pool, so it takes every class)."""
+def held(w: Workload, setup: PoolSetup, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()) -> RawRun:
+    """A run of `w` on `setup` held at its replicas, TP and clock (no policy moves it); the pool
+    is the run's one pool, so it takes every class."""
     setup = replace(setup, classes=tuple(LengthClassConfig.names()))
     policy = make_policy("singlepool", **provisioned_plan([setup], config))
-    requests = Simulator(w, policy, [setup], config, lengths).run().log
-    return float(slo_met(requests).mean()) >= config.provision_slo_target
+    return Simulator(w, policy, [setup], config, lengths).run()
+
+
+def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig,
+               lengths: LengthClassConfig = LengthClassConfig(), every_class: bool = False) -> bool:
+    """`setup` held as it is meets the target on `w`, its own traffic: over all its requests,
+    or (`every_class`) in each length class."""
+    log = held(w, setup, config, lengths).log
+    if every_class:
+        return min(attainment_by_class(log).values(), default=1.0) >= config.provision_slo_target
+    return float(slo_met(log).mean()) >= config.provision_slo_target
 
 
 def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfig,
-                                 lengths: LengthClassConfig = LengthClassConfig()) -> int:
-    """The fewest replicas, from `setup.replicas` up, that meet the SLO target on `w`: meeting
-    it is taken to be monotone in replicas, so doubling steps find a count that meets it and
-    bisection the fewest. At the cluster's size it stops (the run then shows the misses).
-    Cached per traffic, TP and clock: the bench's baselines share layouts."""
-    key = (_fingerprint(w), setup.tensor_parallel, setup.clock_mhz, config.model_dump_json(), lengths.model_dump_json())
+                                 lengths: LengthClassConfig = LengthClassConfig(), every_class: bool = False) -> int:
+    """The fewest replicas, from `setup.replicas` up, that meet the SLO target on `w` (over all
+    its requests, or in each class): meeting it is taken to be monotone in replicas, so doubling
+    steps find a count that meets it and bisection the fewest. At the cluster's size it stops
+    (the run then shows the misses). Cached per traffic, TP, clock and start: the bench's
+    baselines share layouts."""
+    key = (_fingerprint(w), setup.tensor_parallel, setup.clock_mhz, setup.replicas, every_class,
+           config.model_dump_json(), lengths.model_dump_json())
     if key in _FEWEST:
         return _FEWEST[key]
     most = max(config.cluster_gpus // setup.tensor_parallel, setup.replicas)
 
     def meets(n: int) -> bool:
-        return meets_slos(w, replace(setup, replicas=n), config, lengths)
+        return meets_slos(w, replace(setup, replicas=n), config, lengths, every_class)
 
     fails, step = setup.replicas, 1
     if meets(fails):
@@ -241,7 +283,7 @@ def splitwise_pools(
     clock = float(perf.gpu.max_clock_mhz)
     token_clock = token_clock_mhz or clock
     load = peak_load(w, np.ones(len(w), dtype=bool), config.provision_window_s)
-    tbt = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+    tbt = pool_slo(tuple(LengthClassConfig.names()), lengths).tbt_s
     everything = tuple(LengthClassConfig.names())
     return [
         PoolSetup("pool-prompt", everything, MAX_TP, clock, prompt or prompt_replicas(cap, MAX_TP, clock, load),
@@ -249,6 +291,50 @@ def splitwise_pools(
         PoolSetup("pool-token", everything, MAX_TP, token_clock,
                   token or token_replicas(cap, MAX_TP, token_clock, load, tbt), kind=Phase.TOKEN),
     ]
+
+
+def serve_autoscaler_pools(w: Workload, config: SimConfig,
+                           lengths: LengthClassConfig) -> tuple[list[PoolSetup], ControlPolicy]:
+    """What a Ray Serve LLM user deploys: one pool at the profile's most tokens/J TP at max clock
+    (for the workload's mean request within the tightest TBT target), started for the opening
+    minute's load, scaled by Serve's autoscaler on the target an operator reads off a load test
+    of one replica (the ongoing requests at the highest steady rate meeting the SLO target in
+    every class)."""
+    from sim.load_test import load_test  # it runs replicas with this module's helpers
+
+    cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
+    everything = tuple(LengthClassConfig.names())
+    every_request = np.ones(len(w), dtype=bool)
+    tbt = pool_slo(everything, lengths).tbt_s
+    tp, clock = most_efficient_tp(cap, mean_load(w, every_request), tbt), cap.perf.gpu.max_clock_mhz
+    setup = PoolSetup("pool-all", everything, tp, clock, opening_replicas(w, every_request, tp, config, tbt))
+    tested = load_test(w, tp, clock, config, lengths)
+    log.info("serve-autoscaler: TP%d, target %.1f ongoing requests per replica (load test: %.2f req/s)",
+             tp, tested.ongoing_requests, tested.rate_per_s)
+    return [setup], make_policy("serve-autoscaler", target_ongoing_requests={setup.name: tested.ongoing_requests},
+                                clock_mhz={setup.name: clock})
+
+
+def sla_planner_pools(w: Workload, config: SimConfig,
+                      lengths: LengthClassConfig) -> tuple[list[PoolSetup], ControlPolicy]:
+    """Its layout's pools (one, as Dynamo deploys a model), each at the TP Dynamo's profiler
+    recommends for its mean request and SLOs, at max clock, started for the opening minute's
+    load; Dynamo's SLA planner sizes them from then on."""
+    cap = CapacityModel(default_perf_model(config.model, config.hardware, config.profile))
+    classes = length_classes(w, lengths)
+    clock = cap.perf.gpu.max_clock_mhz
+    setups, pools = [], {}
+    for name, (members, _) in layout(SPECS["sla-planner"].layout).items():
+        mask = np.isin(classes, members)
+        shape, slo = mean_load(w, mask), pool_slo(members, lengths)
+        if not mask.any():  # a pool no request reaches is planned for the trace's mean request
+            shape = mean_load(w, np.ones(len(w), dtype=bool))
+        tp = recommended_tp(cap, shape, slo.ttft_s, slo.tbt_s)
+        setups.append(PoolSetup(name, members, tp, clock, opening_replicas(w, mask, tp, config, slo.tbt_s)))
+        pools[name] = SlaPool(tensor_parallel=tp, clock_mhz=clock, ttft_s=slo.ttft_s, itl_s=slo.tbt_s,
+                              mean_prompt_tokens=shape.mean_prompt_tokens, mean_output_tokens=shape.mean_output_tokens)
+    return setups, make_policy("sla-planner", pools=pools, model=config.model, hardware=config.hardware,
+                               profile=config.profile)
 
 
 def projection_error(config: SimConfig) -> float | None:
@@ -360,6 +446,15 @@ def build(
     if spec.layout == "by_kind":
         setups, theta = chiron_pools(w, config, lengths)
         return setups, make_policy(name, theta=theta)
+    if name == "best-static":
+        from sim.best_static import search_best_static  # it sizes pools with this module's helpers
+
+        setups = search_best_static(w, config, lengths).pools
+        return setups, make_policy(name, **provisioned_plan(setups, config))
+    if name == "serve-autoscaler":
+        return serve_autoscaler_pools(w, config, lengths)
+    if name == "sla-planner":
+        return sla_planner_pools(w, config, lengths)
     setups = provisioned(name, w, config, lengths)
     if name == "dynamollm":
         return setups, make_policy(name, pools={s.name: list(s.classes) for s in setups},
@@ -371,7 +466,7 @@ def build(
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
         # Each step fits the tightest TBT target of the classes (a pool may host them all), and
         # prompts prefill by TTFT deadline (short ones do not wait out a long one's chunks).
-        step_s = min(lengths.slo(c).tbt_s for c in LengthClassConfig.names())
+        step_s = pool_slo(tuple(LengthClassConfig.names()), lengths).tbt_s
         setups = [replace(s, tensor_parallel=start_tp(s.name, s.tensor_parallel, config, picks_tp=True),
                           interactive_first=True, min_replicas=0, step_time_target_s=step_s,
                           prefill_by_ttft_deadline=True)
@@ -385,5 +480,5 @@ def build(
         return setups, make_policy(name)
     kwargs = provisioned_plan(setups, config)
     if name in ("scalefreq", "scaleshard"):
-        kwargs["ttft_s"] = {s.name: min(lengths.slo(c).ttft_s for c in s.classes) for s in setups}
+        kwargs["ttft_s"] = {s.name: pool_slo(s.classes, lengths).ttft_s for s in setups}
     return setups, make_policy(name, **kwargs)

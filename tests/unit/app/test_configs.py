@@ -90,7 +90,7 @@ def test_a_pool_moved_to_another_model_takes_throttllem_with_it() -> None:
 
 
 @pytest.mark.parametrize(("kwargs", "rule"), [
-    ({"policy": "nope"}, "unknown control policy 'nope'; known: ['chiron'"),
+    ({"policy": "nope"}, "unknown control policy 'nope'; known: ['best-static', 'chiron'"),
     ({"policy": "utilisation", "target_requests_per_replcia": 4}, "target_requests_per_replcia"),
     ({"policy": "utilisation", "target_requests_per_replica": -1}, "greater than 0"),
 ])

@@ -1,0 +1,1 @@
+"""NVIDIA Dynamo's SLA planner as a baseline (`policy: sla-planner`)."""
