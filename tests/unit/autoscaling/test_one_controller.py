@@ -64,6 +64,9 @@ class FixedClock:
     def choose_clock_mhz(self, batcher, now_s):
         return self.clock
 
+    def lowest_clock_mhz(self, batcher):
+        return 0.0
+
 
 class Victim:
     def __init__(self, index: int | None) -> None:
@@ -390,17 +393,60 @@ def test_prompts_in_deadline_order_wait_half_a_step_behind_a_class_due_later(pro
             == needed_instances(profile, {"SS": 1.0, "SM": 0.5}, 2, 1400, LENGTHS, 0.7, 0.6))
 
 
-def test_replicas_picking_each_steps_clock_are_priced_at_the_clock_their_load_needs(profile) -> None:
-    """A shape is sized for the margined peak at its clock; replicas that pick each step's
-    clock run at what the load needs, and draw that clock's power, never more."""
+def test_replicas_picking_each_steps_clock_are_priced_at_the_clock_they_run(profile) -> None:
+    """A shape is sized for the margined peak at its clock (one TP2 replica at 1,200 MHz for
+    2 MM and 1 LM requests a second). Replicas that pick each step's clock run at the lowest
+    clock that carries the load without the margin (800 MHz here), or at their search's floor
+    where that is higher (throttLL'eM's least-energy clock, 1,505 MHz), and are priced at the
+    power the profile shows there: 974 W, or 1,022 W between 1,400 and 1,600 MHz's, above
+    the 981 W of the clock that sized them."""
     rates = {"MM": 2.0, "LM": 1.0}
     sized = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96)
     load = {cls: r / 1.25 for cls, r in rates.items()}
-    priced = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load)
-    assert sized is not None and priced is not None
-    assert priced.power_w < sized.power_w
-    at_own_clock = shape_power_w(profile, load, priced.tensor_parallel, priced.clock_mhz, priced.instances)
-    assert priced.power_w <= at_own_clock + 1e-6
+    lowest = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load)
+    floored = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load, clock_floor_mhz=1505.0)
+    assert sized is not None and lowest is not None and floored is not None
+    tp, n = sized.tensor_parallel, sized.instances
+    assert (lowest.tensor_parallel, lowest.instances, floored.tensor_parallel, floored.instances) == (tp, n, tp, n)
+    carries = [c for c in sorted(profile.clocks_mhz)
+               if (need := needed_instances(profile, load, tp, c, LENGTHS, 0.7, cross_class_wait=False)) is not None
+               and need <= n]
+    assert carries[0] < sized.clock_mhz
+    assert lowest.power_w == pytest.approx(shape_power_w(profile, load, tp, carries[0], n))
+
+    def at(clock: int) -> float:
+        return shape_power_w(profile, load, tp, clock, n)
+
+    assert at(1400) < floored.power_w < at(1600)
+    assert floored.power_w > at(sized.clock_mhz) > lowest.power_w
+    # A floor below the clock the load needs changes nothing.
+    assert cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load,
+                          clock_floor_mhz=float(carries[0])).power_w == pytest.approx(lowest.power_w)
+
+
+def test_a_replica_reports_the_floor_of_its_clock_search_and_the_planner_prices_no_lower(profile) -> None:
+    """throttLL'eM's per-step clock stops at the least-energy decode clock (1,505 MHz on H100,
+    ThrottllemConfig.energy_floor); the replica reports it, and a pool of such replicas is
+    priced at it where its load needs less."""
+    def reported(energy_floor: bool) -> float:
+        engine = SimEngine(SimEngineConfig(tensor_parallel=2, throttllem=ThrottllemConfig(
+            length_error=0.0, energy_floor=energy_floor)))
+        return engine.batcher.stats(0.0).step_clock_floor_mhz
+
+    floor = reported(True)
+    assert 1400 < floor < 1600 and reported(False) == 0.0
+
+    def priced_w(floor_mhz: float) -> float:
+        policy = WattwisePolicy(WattwiseConfig(pools={"pool-medium": POOLS["pool-medium"]}, fold_pools=False,
+                                               tensor_parallel_options={"pool-medium": [2]}), profile=profile)
+        stats = ReplicaStats(tensor_parallel=2, per_step_clock=True, step_clock_floor_mhz=floor_mhz,
+                             class_rates_per_s={"MM": 2.0})
+        policy.observe(ClusterView({"pool-medium": DeploymentView("pool-medium", 1, 1, 1, 64, (stats,))}), 0.0)
+        shape = policy.planner.shape("pool-medium")
+        assert shape is not None
+        return shape.power_w
+
+    assert priced_w(floor) > priced_w(0.0)
 
 
 def test_the_planners_profile_keeps_kv_headroom_for_admission(profile) -> None:

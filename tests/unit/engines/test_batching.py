@@ -191,6 +191,9 @@ def test_admission_and_clock_hooks_are_consulted() -> None:
         def choose_clock_mhz(self, batcher, now_s):
             return 1000.0
 
+        def lowest_clock_mhz(self, batcher):
+            return 1000.0
+
     b = ContinuousBatcher(default_perf_model(), BatcherConfig(tensor_parallel=8), OnlyOne(), Slow())
     for i in range(3):
         b.add(_req(i), 0.0)
