@@ -280,16 +280,18 @@ class WattwisePolicy:
 
     def _replica_traits(self, host: str, dep: DeploymentView | None, now_s: float) -> ReplicaTraits:
         """What the pool's replicas report that its costs depend on: whether every one prefills
-        in TTFT-deadline order (with the longest step any reports), and whether they pick each
+        in TTFT-deadline order (with the longest step any reports), whether they pick each
         step's clock from the GPU's lowest up (the band's floor `_clock_floor` gives them: a
-        steady pool with no batch backlog whose replicas all run throttLL'eM's clock hook)."""
+        steady pool with no batch backlog whose replicas all run throttLL'eM's clock hook), and
+        the lowest clock every one of them runs at whatever the band (their search's floor)."""
         stats = dep.replica_stats if dep is not None else ()
         steps = [s.deadline_prefill_step_s for s in stats if s.deadline_prefill_step_s > 0]
         pick_clock = bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
                           and dep is not None and stats and all(s.per_step_clock for s in stats)
                           and not self._batch_backlog(dep))
         return ReplicaTraits(deadline_step_s=max(steps) if stats and len(steps) == len(stats) else None,
-                             pick_clock=pick_clock)
+                             pick_clock=pick_clock,
+                             clock_floor_mhz=min((s.step_clock_floor_mhz for s in stats), default=0.0))
 
     @staticmethod
     def _batch_backlog(dep: DeploymentView) -> bool:

@@ -206,6 +206,11 @@ class ClockPolicy(Protocol):
 
     def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None: ...
 
+    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+        """The lowest clock it picks whatever the band allows (0: the band's floor); the
+        replica reports it so the planner prices the clock the replica runs at."""
+        ...
+
 
 class ContinuousBatcher:
     """Waiting queue, running batch and KV blocks of one replica."""
@@ -840,6 +845,7 @@ class ContinuousBatcher:
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
             per_step_clock=self.clock_policy is not None,
+            step_clock_floor_mhz=self.clock_policy.lowest_clock_mhz(self) if self.clock_policy is not None else 0.0,
             deadline_prefill_step_s=(self.config.step_time_target_s or 0.0)
             if self.config.prefill_by_ttft_deadline else 0.0,
         )

@@ -54,6 +54,10 @@ class ClockChain:
                 return clock
         return None
 
+    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+        """Any member may pick: the lowest of theirs."""
+        return min((m.lowest_clock_mhz(batcher) for m in self.members), default=0.0)
+
 
 class PreemptionChain:
     """The first member that picks a victim decides."""

@@ -7,7 +7,8 @@ Each world runs the composite (`wattwise`) on the same window with replicas whos
 follow one profile while the planner and throttLL'eM believe another:
 
 - as planned: both on the default (`mlenergy-llama3-70b-h100`), the reference row;
-- slower: replicas on Splitwise's 2023 fit (1.8-3.3x slower per step), the planner on the default;
+- slower: replicas on Splitwise's 2023 fit (per step: decode 1.5-1.8x slower at TP2, 2.5-4x at
+  TP8; prefill 2.8x), the planner on the default;
 - faster: the reverse, the planner on Splitwise's fit, the replicas on the default;
 
 each with the planner trusting its profile (`follow_measured_speed: false`) and following the

@@ -42,6 +42,10 @@ class ReplicaStats:
     # The engine picks each step's clock inside the plan's band (throttLL'eM's hook); False:
     # it runs at the band's floor, which must then carry the load (a vLLM replica here).
     per_step_clock: bool = False
+    # The lowest clock that per-step choice runs at (throttLL'eM's least-energy clock,
+    # ThrottllemConfig.energy_floor), whatever the band's floor: what the planner prices the
+    # replica at when its load needs less. 0: the band's floor.
+    step_clock_floor_mhz: float = 0.0
     # Prompts prefill in TTFT-deadline order, each step at most this long at the clock it runs
     # (the batcher's step_time_target_s): a prompt waits for one such step of a prompt due
     # later, not its whole prefill (a vLLM replica: its measured inter-token gap). 0: in arrival

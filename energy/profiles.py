@@ -6,8 +6,9 @@ the TPs the leaderboard did not run are modelled (see that module). A 70B profil
 Llama-2-70B, 3.1-70B or 3.3-70B: they share one shape (80 layers, hidden 8192, 8 KV heads),
 so pass the model you serve. Where one covers a model and GPU it is their default.
 `splitwise-*`: Splitwise's 2023 sweeps (energy.calibration), the default before the
-leaderboard's profiles and still the default where none covers the pair (A100, BLOOM). They
-run 1.8-3.3x slower than a current vLLM stack on H100 and charge a constant decode power.
+leaderboard's profiles and still the default where none covers the pair (A100, BLOOM). Their
+steps run 1.5-4x longer than a current vLLM stack's on H100 (decode 1.5-1.8x at TP2, 2.5-4x at
+TP8; prefill 2.8x) and they charge a constant decode power.
 """
 
 from __future__ import annotations

@@ -158,6 +158,9 @@ class ReplicaTraits:
     # the lowest clock that carries its load (without the burst margin), not of the clock
     # that sizes it for the margined peak.
     pick_clock: bool = False
+    # Their per-step clock goes no lower than this, whatever the band's floor
+    # (ReplicaStats.step_clock_floor_mhz: throttLL'eM's least-energy clock); 0: no floor.
+    clock_floor_mhz: float = 0.0
 
 
 ARRIVAL_ORDER_AT_PLANNED_CLOCK = ReplicaTraits()
@@ -222,19 +225,35 @@ def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, cloc
     return instances * (idle_w + busy_w)
 
 
+def _power_between_clocks_w(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: float,
+                            instances: int, clocks: list[int]) -> float:
+    """shape_power_w at any clock in the profile's range: linear between the profiled clocks
+    around it (the top one beyond them)."""
+    above = next((c for c in clocks if c >= clock_mhz), clocks[-1])
+    below = max((c for c in clocks if c <= clock_mhz), default=above)
+    at_above = shape_power_w(profile, rates, tp, above, instances)
+    if below == above:
+        return at_above
+    at_below = shape_power_w(profile, rates, tp, below, instances)
+    return at_below + (at_above - at_below) * (clock_mhz - below) / (above - below)
+
+
 def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: LengthClassConfig,
                    headroom: float, min_instances: int, max_gpus: int, tps: Collection[int] | None = None,
                    ttft_headroom: float | None = None, max_instances: int | None = None,
                    deadline_step_s: float | None = None, load_rates: dict[str, float] | None = None,
-                   held_gpu_w: float = 0.0) -> PoolShape | None:
+                   held_gpu_w: float = 0.0, clock_floor_mhz: float = 0.0) -> PoolShape | None:
     """The (TP, clock, instances) of least power plus `held_gpu_w` per GPU, over the
     profile's TPs (or `tps`) and clocks.
     A shape is costed at its clock, or, given `load_rates` (replicas that pick each step's
     clock from the GPU's lowest up), at the lowest clock at which its instances carry them
     with no wait behind other classes' prefills: the replicas raise the clock for the steps
-    a prompt waits so, and otherwise run at what the load needs. (On conv's first half this
-    prices three TP2 pools, and two TP2 or one TP4 replica serving every class, within 5% of
-    the power the simulator charges them; at the sizing clock, 5-47% over.)"""
+    a prompt waits so, and otherwise run at what the load needs. Replicas whose per-step
+    clock stops at `clock_floor_mhz` (throttLL'eM's least-energy clock) are costed no lower,
+    between profiled clocks linearly: at a lower clock the power the profile shows is one
+    they never draw. (One TP2 replica at 1.6 MM + 0.8 LM requests/s draws 1,014 W in the
+    simulator at throttLL'eM's 1,505 MHz floor; priced at it 1,022 W, at the lowest clock
+    that carries the load 974 W.)"""
     best: PoolShape | None = None
     clocks = sorted(profile.clocks_mhz)
     for tp in profile.tensor_parallel_degrees:
@@ -253,7 +272,8 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
             if load_rates is not None:  # at the latest, the sizing clock carries them
                 costed_mhz = next((c for c, x in zip(clocks, load_need, strict=True)
                                    if x is not None and x <= n + 1e-9), clock)
-            power = shape_power_w(profile, load_rates or rates, tp, costed_mhz, max(n, 1)) if n else 0.0
+            priced_mhz = max(float(costed_mhz), clock_floor_mhz)
+            power = _power_between_clocks_w(profile, load_rates or rates, tp, priced_mhz, n, clocks) if n else 0.0
             shape = PoolShape(tp, n, clock, power, held_gpu_w)
             if best is None or shape.cost_w < best.cost_w - 1e-6:
                 best = shape
@@ -380,7 +400,7 @@ class PoolShapePlanner:
         return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
                               cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
-                              load_rates=load, held_gpu_w=held_gpu_w)
+                              load_rates=load, held_gpu_w=held_gpu_w, clock_floor_mhz=replicas.clock_floor_mhz)
 
     def clock_for(self, planned: dict[str, float], tp: int, instances: int, dilation: Dilation = AS_PROFILED,
                   replicas: ReplicaTraits = ARRIVAL_ORDER_AT_PLANNED_CLOCK) -> int:

@@ -62,12 +62,17 @@ class ThrottllemClock:
 
     def efficient_clock_mhz(self, batcher: ContinuousBatcher) -> float:
         """The lowest clock worth running at: a decode step's least energy above the floor (the
-        same at any batch, as every part of the step's work stretches alike)."""
+        same at any batch, as every part of the step's work stretches alike). Over the GPU's
+        clocks (M's table has the same ones), so it is known before the first step."""
         tp = batcher.tensor_parallel
         if tp not in self._efficient_mhz:
-            clocks = [float(c) for c in self.projector.synced_table.clocks_mhz]
+            clocks = [float(c) for c in batcher.perf.gpu.supported_clocks_mhz()]
             self._efficient_mhz[tp] = batcher.perf.least_energy_clock_mhz(8, 8 * 1000.0, tp, clocks)
         return self._efficient_mhz[tp]
+
+    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+        """The search's floor (`energy_floor`), for the planner to price; 0: the band's floor."""
+        return self.efficient_clock_mhz(batcher) if self.config.energy_floor else 0.0
 
     def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
         """Record the prompts that arrived since the last step, in arrival order (the queue

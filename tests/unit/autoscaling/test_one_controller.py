@@ -64,6 +64,9 @@ class FixedClock:
     def choose_clock_mhz(self, batcher, now_s):
         return self.clock
 
+    def lowest_clock_mhz(self, batcher):
+        return 0.0
+
 
 class Victim:
     def __init__(self, index: int | None) -> None:
@@ -269,11 +272,12 @@ def _run(policy: WattwisePolicy, rates: dict[str, float], until_s: float, min_re
 def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_classes_there(profile) -> None:
     """Sharing replicas across pools is in the planner's search: at low load the short
     pool gives its replicas back and its classes go to the medium pool; the long pool
-    stays apart (a long prefill ahead of a short prompt would cost it its TTFT target);
-    a pool whose min_replicas Serve must keep is never folded. Not while pools warm up:
-    their rate windows fill from zero then, and a fold read from that ramp moves classes
-    onto a pool sized for a load that is not the real one."""
-    low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
+    stays apart (an LS prefill, 3,000 tokens, takes 127 of the 150 ms planned for a short
+    prompt's TTFT at TP4, more at TP2; LM's 2,160 take 96 ms, so with LM every class folds
+    onto one TP4 replica); a pool whose min_replicas Serve must keep is never folded. Not
+    while pools warm up: their rate windows fill from zero then, and a fold read from that
+    ramp moves classes onto a pool sized for a load that is not the real one."""
+    low = {"SS": 0.3, "MM": 0.3, "LS": 0.3}
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
     warming = _run(policy, low, policy.config.planner.warmup_s - 1.0)
     assert all(warming.replicas[p] >= 1 for p in POOLS)
@@ -340,8 +344,11 @@ def test_a_pool_that_must_grow_starts_the_cheaper_tps_instances_without_waiting_
     assert between_epochs().cheapest({"LM": 8.0}, 96, tps=[4]).instances == 2  # TP4 would grow to two
     grown = between_epochs().plan("p", {"LM": 8.0}, 96, 0, running, 10.0)
     assert (grown.tensor_parallel, grown.instances) == (2, 3)
-    assert between_epochs().cheapest({"LM": 5.0}, 96, held_gpu_w=200.0).tensor_parallel == 2  # cheaper, but
-    kept = between_epochs().plan("p", {"LM": 5.0}, 96, 0, running, 10.0)
+    # At 2 LM/s one TP2 replica (1,343 W with its GPUs' worth) is cheaper than the TP4 one
+    # running (2,409 W), but that one carries the load:
+    assert between_epochs().cheapest({"LM": 2.0}, 96, held_gpu_w=200.0).tensor_parallel == 2
+    assert between_epochs().cheapest({"LM": 2.0}, 96, tps=[4]).instances == 1
+    kept = between_epochs().plan("p", {"LM": 2.0}, 96, 0, running, 10.0)
     assert (kept.tensor_parallel, kept.instances) == (4, 1)  # nothing to start: wait for the epoch
     off = between_epochs().plan("p", {"LM": 8.0}, 96, 0, running, 10.0, dilation=Dilation(1.2))
     assert off.tensor_parallel == 4 and off.instances >= 2
@@ -386,17 +393,60 @@ def test_prompts_in_deadline_order_wait_half_a_step_behind_a_class_due_later(pro
             == needed_instances(profile, {"SS": 1.0, "SM": 0.5}, 2, 1400, LENGTHS, 0.7, 0.6))
 
 
-def test_replicas_picking_each_steps_clock_are_priced_at_the_clock_their_load_needs(profile) -> None:
-    """A shape is sized for the margined peak at its clock; replicas that pick each step's
-    clock run at what the load needs, and draw that clock's power, never more."""
+def test_replicas_picking_each_steps_clock_are_priced_at_the_clock_they_run(profile) -> None:
+    """A shape is sized for the margined peak at its clock (one TP2 replica at 1,200 MHz for
+    2 MM and 1 LM requests a second). Replicas that pick each step's clock run at the lowest
+    clock that carries the load without the margin (800 MHz here), or at their search's floor
+    where that is higher (throttLL'eM's least-energy clock, 1,505 MHz), and are priced at the
+    power the profile shows there: 974 W, or 1,022 W between 1,400 and 1,600 MHz's, above
+    the 981 W of the clock that sized them."""
     rates = {"MM": 2.0, "LM": 1.0}
     sized = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96)
     load = {cls: r / 1.25 for cls, r in rates.items()}
-    priced = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load)
-    assert sized is not None and priced is not None
-    assert priced.power_w < sized.power_w
-    at_own_clock = shape_power_w(profile, load, priced.tensor_parallel, priced.clock_mhz, priced.instances)
-    assert priced.power_w <= at_own_clock + 1e-6
+    lowest = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load)
+    floored = cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load, clock_floor_mhz=1505.0)
+    assert sized is not None and lowest is not None and floored is not None
+    tp, n = sized.tensor_parallel, sized.instances
+    assert (lowest.tensor_parallel, lowest.instances, floored.tensor_parallel, floored.instances) == (tp, n, tp, n)
+    carries = [c for c in sorted(profile.clocks_mhz)
+               if (need := needed_instances(profile, load, tp, c, LENGTHS, 0.7, cross_class_wait=False)) is not None
+               and need <= n]
+    assert carries[0] < sized.clock_mhz
+    assert lowest.power_w == pytest.approx(shape_power_w(profile, load, tp, carries[0], n))
+
+    def at(clock: int) -> float:
+        return shape_power_w(profile, load, tp, clock, n)
+
+    assert at(1400) < floored.power_w < at(1600)
+    assert floored.power_w > at(sized.clock_mhz) > lowest.power_w
+    # A floor below the clock the load needs changes nothing.
+    assert cheapest_shape(profile, rates, LENGTHS, 0.7, 1, 96, load_rates=load,
+                          clock_floor_mhz=float(carries[0])).power_w == pytest.approx(lowest.power_w)
+
+
+def test_a_replica_reports_the_floor_of_its_clock_search_and_the_planner_prices_no_lower(profile) -> None:
+    """throttLL'eM's per-step clock stops at the least-energy decode clock (1,505 MHz on H100,
+    ThrottllemConfig.energy_floor); the replica reports it, and a pool of such replicas is
+    priced at it where its load needs less."""
+    def reported(energy_floor: bool) -> float:
+        engine = SimEngine(SimEngineConfig(tensor_parallel=2, throttllem=ThrottllemConfig(
+            length_error=0.0, energy_floor=energy_floor)))
+        return engine.batcher.stats(0.0).step_clock_floor_mhz
+
+    floor = reported(True)
+    assert 1400 < floor < 1600 and reported(False) == 0.0
+
+    def priced_w(floor_mhz: float) -> float:
+        policy = WattwisePolicy(WattwiseConfig(pools={"pool-medium": POOLS["pool-medium"]}, fold_pools=False,
+                                               tensor_parallel_options={"pool-medium": [2]}), profile=profile)
+        stats = ReplicaStats(tensor_parallel=2, per_step_clock=True, step_clock_floor_mhz=floor_mhz,
+                             class_rates_per_s={"MM": 2.0})
+        policy.observe(ClusterView({"pool-medium": DeploymentView("pool-medium", 1, 1, 1, 64, (stats,))}), 0.0)
+        shape = policy.planner.shape("pool-medium")
+        assert shape is not None
+        return shape.power_w
+
+    assert priced_w(floor) > priced_w(0.0)
 
 
 def test_the_planners_profile_keeps_kv_headroom_for_admission(profile) -> None:

@@ -156,8 +156,9 @@ def test_the_prefill_cost_follows_the_batchers_own_steps() -> None:
 
 def test_a_raise_that_lands_late_asks_for_more_clock() -> None:
     """The GPUs run the present clock until a raise lands: the same prompt needs a higher
-    clock on a replica whose clock lags, and the top one when only it could have helped."""
-    tokens, ttft_s = 3000, 0.35
+    clock on a replica whose clock lags (4,000 tokens due in 0.35 s at TP2: 1,010 MHz at
+    once, 1,085 with the lowest clock running 0.1 s first)."""
+    tokens, ttft_s = 4000, 0.35
     at_once, lagging = _batcher(), _lagging_batcher()
     for batcher in (at_once, lagging):
         batcher.add(_prompt(0, tokens, ttft_s), 0.0)
@@ -179,8 +180,12 @@ def ready_clock_mhz(batcher, clocks, bursts, headroom: float = 1.0) -> float:
 
 def test_the_ready_clock_holds_what_a_late_raise_could_not_save() -> None:
     """With no lag any clock is ready (a raise lands at once); with one, the clock a burst
-    needs is higher than one prompt's, and each is the lowest from which a raise saves it."""
-    one, burst = [([2500], 0.35)], [([2500, 2500], 0.35)]
+    needs is higher than one prompt's (1,400 MHz against 1,010), and each is the lowest from
+    which a raise saves it. The burst adds a shorter prompt: a prefill at 800 MHz takes only
+    1.7x its time at the top clock, so where the top clock saves two equal prompts at once,
+    one of them alone needs no more than the lowest clock through a lag (so for 2,000-5,000
+    tokens at 0.2-0.6 s TTFT)."""
+    one, burst = [([4000], 0.35)], [([4000, 1000], 0.35)]
     assert ready_clock_mhz(_batcher(), CLOCKS, burst) == CLOCKS[0]
     lagging = _lagging_batcher()
     lag_s = lagging.clock_lands_s(0.0) + lagging.config.clock_forward_period_s

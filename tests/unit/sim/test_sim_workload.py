@@ -89,7 +89,10 @@ def test_cli_writes_json_per_policy(tmp_path, capsys):
     rows = json.loads(out.read_text())
     assert [r["policy"] for r in rows] == ["singlepool", "llumnix", "oracle", "clairvoyant-floor", "peak-held"]
     floor, clairvoyant, held = (r["energy_j"] for r in rows[2:])
-    assert 0 < floor <= clairvoyant <= held
+    # Here the clairvoyant schedule holds one GPU count through the minute, peak-held's: equal
+    # in exact arithmetic, rounded apart (the DP adds each window's power x 5 s, peak-held
+    # multiplies the summed power by 5 s), so the two may differ in the last bit.
+    assert 0 < floor <= clairvoyant * (1 + 1e-12) and clairvoyant <= held * (1 + 1e-12)
     for r in rows[:2]:
         for key in ("energy_j", "gpu_hours", "p99_ttft_s", "p99_tbt_s", "requests", "completed", "wall_s"):
             assert key in r
