@@ -261,9 +261,10 @@ class WattwisePolicy:
     def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
                      rates: dict[str, float], dilation: Dilation, traits: ReplicaTraits) -> int:
         """The band's floor. A steady pool of interactive work whose replicas pick each step's
-        clock gets the GPU's lowest: their search sees every deadline (admitted requests, and
-        the prompts still to prefill), so the planned clock sizes instances only, and steps
-        below the planned peak run slower. Otherwise the planned clock, unless instances are on
+        clock gets the least-power clock that carries its load (PoolShape.run_clock_mhz): their
+        search sees every deadline (admitted requests, and the prompts still to prefill), so the
+        planned clock sizes instances only, and steps below the planned peak run slower, but no
+        lower than where a slower step costs more energy. Otherwise the planned clock, unless instances are on
         their way: until they are ready, the replicas already serving carry the planned load, at
         the clock that needs (the top one if they cannot). A bursty pool keeps the planned
         floor: in a burst its long prefills interleave with the running decodes, whose TBT a
@@ -272,7 +273,7 @@ class WattwisePolicy:
         arriving wait behind it. Batch work that runs as it arrives is served like interactive
         work, at the clock the search picks."""
         if traits.pick_clock:
-            return self.min_clock_mhz
+            return shape.run_clock_mhz or self.min_clock_mhz
         if dep is None or running is None or dep.current_replicas >= shape.instances:
             return shape.clock_mhz
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,

@@ -100,7 +100,8 @@ def leave_one_out(rows: list[MeasuredRow]) -> None:
         t = targets(check_rows(sized(dynamollm_stack, fit.h100), rows))
         spot = sweet_spot(with_physics(throttllem_engine(), fit.a100))
         cap = power_cap_report(perf=with_physics(splitwise_perf_model("llama2-70b", "h100-80gb"), fit.h100))
-        print(f"without {left_out}: argmin {t.argmin_rows}/{t.rows}, E0.8/E1.2 {t.low_clock_within}/{t.low_clock_rows}, "
+        print(f"without {left_out}: argmin {t.argmin_rows}/{t.rows}, "
+              f"E0.8/E1.2 {t.low_clock_within}/{t.low_clock_rows}, "
               f"E8/E4 {t.tp_within}/{t.tp_rows}; A100 peak {spot.clock_mhz:.0f} MHz; cap MAPE prompt "
               f"{cap[0]:.1f}% token {cap[1]:.1f}%; {fit.h100}")
 
@@ -112,13 +113,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     rows = load_tables()
     gpu = GPUS["h100-80gb"]
-    print(f"profile {PROFILE}; H100 physics: " + ", ".join(
-        f"{f}={getattr(gpu, f)}" for f in ("idle_w", "token_compute_share", "roofline_sharpness", "prompt_compute_share",
-                                            "prompt_core_power_share", "token_core_power_share", "voltage_knee",
-                                            "voltage_floor", "tp_comm_ms_per_doubling", "tp_power_ratio_per_doubling")))
+    physics = ("idle_w", "token_compute_share", "roofline_sharpness", "prompt_compute_share", "prompt_core_power_share",
+               "token_core_power_share", "voltage_knee", "voltage_floor", "tp_comm_ms_per_doubling",
+               "tp_power_ratio_per_doubling")
+    print(f"profile {PROFILE}; H100 physics: " + ", ".join(f"{f}={getattr(gpu, f)}" for f in physics))
     print_rows("DynamoLLM's stack (fitted on Table I; Table II low/high and Table III Llama3-70B held out)",
                check_rows(sized(dynamollm_stack), rows))
-    print_rows("the default profile's own stack (2026 vLLM: less overhead per step)", check_rows(sized(lambda perf: perf), rows))
+    print_rows("the default profile's own stack (2026 vLLM: less overhead per step)",
+               check_rows(sized(lambda perf: perf), rows))
     as_input = [dataclasses.replace(r, counts_output=False) for r in rows]
     print("\nthe tables' loads read as input tokens alone (DynamoLLM's stack):")
     print_targets(targets(check_rows(sized(dynamollm_stack), as_input)))

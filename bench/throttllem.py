@@ -120,7 +120,7 @@ def run(w: Workload, variant: Variant, headrooms: Headrooms, timings: Timings | 
     config = SimConfig(length_prediction="noisy" if error else "oracle", length_error_p95=error)
     policies = None
     if variant.throttle:
-        cfg = ThrottllemConfig(length_error=error, slo_headroom=headrooms.slo)
+        cfg = ThrottllemConfig(length_error=error, slo_headroom=headrooms.slo, energy_floor=True)
         policies = partial(timings.policies, config=cfg) if timings else partial(replica_policies, config=cfg)
     setup = PoolSetup(POOL, tuple(LengthClassConfig.names()), TP, MAX_CLOCK_MHZ, 1, batcher_policies=policies)
     # A plan's clock pins the replicas' clock band: throttling runs under a plan without one.

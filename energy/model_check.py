@@ -212,7 +212,9 @@ def throttllem_engine(gpu_name: str = "a100-80gb") -> PerfModel:
     gpu = GPUS[gpu_name]
     model = MODELS["llama2-13b"]
     tp = 2
-    bandwidth = gpu.hbm_tb_per_s or 0.0
+    if gpu.hbm_tb_per_s is None or gpu.peak_tflops is None:
+        raise ValueError(f"{gpu_name}: no datasheet bandwidth and peak to cost a step from")
+    bandwidth = gpu.hbm_tb_per_s
     weights_ms = model.weight_bytes / tp / (bandwidth * 1e12 * gpu.hbm_efficiency) * 1000
     per_seq_ms = 2 * model.params_b * 1e9 / tp / (gpu.peak_tflops * 1e12 * 0.5) * 1000
     kv_ms = model.kv_bytes_per_token / tp / (bandwidth * 1e12) * 1000

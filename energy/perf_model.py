@@ -167,7 +167,7 @@ class PerfModel:
 
     # Scalars per step; sim.metrics passes arrays (one entry a request) to the same formulas.
     @overload
-    def prefill_time_s(self, tokens: int, sum_sq_tokens: float, tp: int, clock_mhz: float) -> float: ...
+    def prefill_time_s(self, tokens: float, sum_sq_tokens: float, tp: int, clock_mhz: float) -> float: ...
     @overload
     def prefill_time_s(self, tokens: np.ndarray, sum_sq_tokens: np.ndarray, tp: int,
                        clock_mhz: float) -> np.ndarray: ...
@@ -279,7 +279,8 @@ class PerfModel:
             return self.gpu.idle_w
         return (overhead_s * self.gpu.idle_w + (t - overhead_s) * self.phase_power_w("prompt", clock_mhz, tp)) / t
 
-    def least_energy_clock_mhz(self, batch: float, context_tokens: float, tp: int, clocks_mhz: Sequence[float]) -> float:
+    def least_energy_clock_mhz(self, batch: float, context_tokens: float, tp: int,
+                               clocks_mhz: Sequence[float]) -> float:
         """Of `clocks_mhz`, the one at which a decode step of `batch` sequences costs the least
         energy above the floor (what the floor costs is paid whatever the clock). Below it the
         work stretches faster than its power falls: a lower clock saves no energy, it spends it."""

@@ -24,7 +24,7 @@ MAX_REFINE = 3
 Measure = Callable[[float], tuple[float, float, float] | None]
 
 
-def steady_state_measure(cap: CapacityModel, load_shape: tuple[int, int], tp: int, clock_mhz: int,
+def steady_state_measure(cap: CapacityModel, load_shape: tuple[int, int], tp: int, clock_mhz: float,
                          tbt_slo_s: float) -> Measure:
     """(power W, TTFT s, TBT s) of one instance at a rate, or None if it cannot carry it.
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import math
 from dataclasses import dataclass
+from itertools import pairwise
 from pathlib import Path
 
 import numpy as np
@@ -74,7 +75,7 @@ def fit_tp_scaling(gpu: GpuSpec, rows: list[TpRow] | None = None) -> TpScaling:
     logs = []
     for pair in by_pair.values():
         tps = sorted(pair)
-        for lo, hi in zip(tps, tps[1:], strict=False):
+        for lo, hi in pairwise(tps):
             doublings = math.log2(hi / lo)
             above_hi = pair[hi].power_w / hi - gpu.idle_w
             above_lo = pair[lo].power_w / lo - gpu.idle_w

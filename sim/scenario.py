@@ -370,6 +370,8 @@ class ThrottllemAlone:
     tensor_parallel_options: tuple[int, ...] | None = None  # None: every TP the profile has
     ttft_headroom: float | None = None  # ThrottllemConfig.ttft_headroom; None: its default
     slo_headroom: float | None = None  # ThrottllemConfig.slo_headroom; None: its default
+    # No planner bounds its band: its search stops at the least-energy clock (the paper's sweet spot).
+    energy_floor: bool = True
 
     @property
     def label(self) -> str:
@@ -392,7 +394,8 @@ def throttllem_alone(setups: list[PoolSetup], config: SimConfig,
                      alone: ThrottllemAlone = THROTTLLEM_ALONE) -> tuple[list[PoolSetup], ControlPolicy]:
     """throttLL'eM alone on `setups`: its admission and clock on every replica (and Chiron's layer:
     batch work yields to interactive work), its engine-size autoscaler over the pools."""
-    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom}
+    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom,
+               "energy_floor": alone.energy_floor}
     replica = throttllem_replica_config(config).model_copy(
         update={"hold_mean_tbt": False, **{k: v for k, v in changes.items() if v is not None}})
     setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config, replica)]

@@ -121,6 +121,9 @@ class PoolShape:
     clock_mhz: int
     power_w: float  # the pool's instances together, at the planned load
     held_gpu_w: float = 0.0  # what each GPU it holds was priced at beside its power
+    # Where its replicas pick each step's clock: the least-power clock that carries the load
+    # (the band's floor); 0 where the shape runs at `clock_mhz`.
+    run_clock_mhz: int = 0
 
     @property
     def cost_w(self) -> float:
@@ -246,9 +249,11 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
     """The (TP, clock, instances) of least power plus `held_gpu_w` per GPU, over the
     profile's TPs (or `tps`) and clocks.
     A shape is costed at its clock, or, given `load_rates` (replicas that pick each step's
-    clock from the GPU's lowest up), at the lowest clock at which its instances carry them
-    with no wait behind other classes' prefills: the replicas raise the clock for the steps
-    a prompt waits so, and otherwise run at what the load needs. Replicas whose per-step
+    clock inside a band), at the clock of least power among those at which its instances carry
+    them with no wait behind other classes' prefills (`run_clock_mhz`, the band's floor): the
+    replicas raise the clock for the steps a prompt waits so, and otherwise run there. Not the
+    lowest clock that carries them: below the roofline's knee a lower clock draws more energy
+    (energy.perf_model; DynamoLLM Tables I-II measure the same). Replicas whose per-step
     clock stops at `clock_floor_mhz` (throttLL'eM's least-energy clock) are costed no lower,
     between profiled clocks linearly: at a lower clock the power the profile shows is one
     they never draw. (One TP2 replica at 1.6 MM + 0.8 LM requests/s draws 1,014 W in the
@@ -268,13 +273,15 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
             n = max(math.ceil(need - 1e-9), min_instances)
             if n * tp > max_gpus or (max_instances is not None and n > max_instances):
                 continue
-            costed_mhz = clock
-            if load_rates is not None:  # at the latest, the sizing clock carries them
-                costed_mhz = next((c for c, x in zip(clocks, load_need, strict=True)
-                                   if x is not None and x <= n + 1e-9), clock)
-            priced_mhz = max(float(costed_mhz), clock_floor_mhz)
-            power = _power_between_clocks_w(profile, load_rates or rates, tp, priced_mhz, n, clocks) if n else 0.0
-            shape = PoolShape(tp, n, clock, power, held_gpu_w)
+            run_mhz, power = 0, 0.0
+            if n and load_rates is not None:  # the sizing clock carries them, at the latest
+                carrying = [c for c, x in zip(clocks, load_need, strict=True) if x is not None and x <= n + 1e-9]
+                run_mhz, power = min(((c, _power_between_clocks_w(
+                    profile, load_rates, tp, max(float(c), clock_floor_mhz), n, clocks)) for c in carrying or [clock]),
+                    key=lambda priced: priced[1])
+            elif n:
+                power = _power_between_clocks_w(profile, rates, tp, max(float(clock), clock_floor_mhz), n, clocks)
+            shape = PoolShape(tp, n, clock, power, held_gpu_w, run_mhz)
             if best is None or shape.cost_w < best.cost_w - 1e-6:
                 best = shape
     return best

@@ -58,10 +58,11 @@ def test_the_operators_load_test_finds_a_lower_rate_under_a_tighter_ttft(step):
 
 
 def test_sla_planner_sizes_each_pool_only_on_its_adjustment_interval():
-    """Short prompts with long answers (decode-bound): 1 req/s, then 10 more from minute 2 on."""
+    """Short prompts with long answers (decode-bound): 1 req/s, then 20 more from minute 2 on (one
+    replica carries 10 more since the refit: its TP4 decodes faster than it did)."""
     rng = np.random.default_rng(4)
     shape = dict(prompt_lognormal=(5.0, 0.3), output_lognormal=(7.0, 0.3))
-    calm, busy = synthetic(1.0, 420.0, rng, **shape), synthetic(10.0, 300.0, rng, **shape)
+    calm, busy = synthetic(1.0, 420.0, rng, **shape), synthetic(20.0, 300.0, rng, **shape)
     busy = Workload(busy.arrival_s + 120.0, busy.prompt_tokens, busy.output_tokens, busy.interactive)
     w = fit_context(superpose(calm, busy), 8192)
     setups, _ = build("sla-planner", w, SimConfig())
