@@ -77,8 +77,13 @@ BASELINES = ("singlepool", "multipool", "scaleinst", "scaleshard", "scalefreq", 
 PAPERS = ("dynamollm", "chiron", "throttllem", "splitwise")
 # The day is long: its run keeps the strongest baselines and every paper beside the composite.
 DIURNAL_POLICIES = ("singlepool", "scaleshard", "scalefreq", "llumnix", *OPERATOR_BASELINES, *PAPERS, COMPOSITE)
-TARGETS = {"energy_x_singlepool": 0.40, "gpu_hours_x_singlepool": 0.60, "slo_every_class": 0.99,
-           "energy_x_oracle": 1.6, "planner_epoch_p99_ms": 50.0, "step_decision_p99_ms": 1.0}
+TARGETS = {"slo_every_class": 0.99, "energy_x_oracle": 1.6, "planner_epoch_p99_ms": 50.0,
+           "step_decision_p99_ms": 1.0}
+# Issue #68: the composite's energy against each operator baseline (every workload), and against
+# best-static by workload (the day's swings leave a static fleet the most to waste). SinglePool's
+# ratios stay in the table for continuity, with no target.
+OPERATOR_TARGETS = {"serve-autoscaler": 0.70, "sla-planner": 0.80}
+BEST_STATIC_TARGETS = {"conv": 0.80, "code": 0.80, "diurnal": 0.60}
 # Each paper alone against its own headline, as #17 states them: Chiron's GPU-hours against
 # a utilisation autoscaler (Llumnix) where there is batch work, throttLL'eM's tokens per joule
 # against the static max clock, Splitwise's throughput at iso-power against mixed machines.
@@ -279,16 +284,18 @@ def splitwise_headline(duration_s: float, seed: int, jobs: int) -> list[str]:
     return out
 
 
-def verdicts(rows: list[dict[str, Any]], floors: Floors) -> list[str]:
+def verdicts(rows: list[dict[str, Any]], floors: Floors, workload_name: str) -> list[str]:
     """The composite's targets on this workload: met, or missed and by how much; then, not
     targets, its energy over the references that split its distance from the oracle floor."""
     oracle_j = floors.oracle.energy_j
     by = {r["policy"]: r for r in rows}
-    ours, base = by[COMPOSITE], by["singlepool"]
-    checks = [
-        ("energy <= 0.40x SinglePool", ours["energy_j"] / base["energy_j"], TARGETS["energy_x_singlepool"], "le"),
-        ("GPU-hours <= 0.60x SinglePool", ours["gpu_hours"] / base["gpu_hours"], TARGETS["gpu_hours_x_singlepool"],
-         "le"),
+    ours = by[COMPOSITE]
+    checks = [(f"energy <= {limit:.2f}x {name}", ours["energy_j"] / by[name]["energy_j"], limit, "le")
+              for name, limit in (*OPERATOR_TARGETS.items(),
+                                  *((("best-static", BEST_STATIC_TARGETS[workload_name]),)
+                                    if workload_name in BEST_STATIC_TARGETS else ()))
+              if name in by]
+    checks += [
         ("SLO >= 99% in every class", min(worst_class(ours)[1], *(ours["slo_attainment"].get(s, 1.0) for s in
                                                                    ("interactive", "batch"))),
          TARGETS["slo_every_class"], "ge"),
@@ -373,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n== {n} ==")
         print(table(rows, floors))
         if any(r["policy"] == COMPOSITE for r in rows) and any(r["policy"] == "singlepool" for r in rows):
-            print("\n".join(verdicts(rows, floors)))
+            print("\n".join(verdicts(rows, floors, n)))
             ours = next(r for r in rows if r["policy"] == COMPOSITE)
             if "planner_epoch_ms" in ours:
                 epoch, step = ours["planner_epoch_ms"], ours["step_decision_ms"]
