@@ -284,6 +284,7 @@ BENCHES = {
     "shuffled-orders": "bench.shuffled_orders:main",
     "cluster-cost": "bench.cluster_cost:main",
     "model-check": "bench.model_check:main",
+    "robustness": "bench.robustness:main",
 }
 
 
