@@ -20,6 +20,8 @@ would be cheaper, but no runtime here does it, so no planner may assume it.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -56,3 +58,12 @@ class OverheadTable(BaseModel):
     def cold_cloud(cls) -> OverheadTable:
         """Table V in full: a new 8xH100 VM (~6-8 min in total)."""
         return cls(create_vm_s=90.0, init_distributed_s=120.0, download_weights_s=180.0)
+
+
+def clock_lands_s(now_s: float, forward_period_s: float, change_s: float) -> float:
+    """When a clock chosen at `now_s` reaches the GPUs: the replica's first forward from then
+    (forwards go out at multiples of `forward_period_s`; at once where it is 0), plus the
+    lock's latency. The batcher models its lag by this rule, and a vLLM replica's clock rule
+    reads it for its real GPUs' (engines.vllm_running_batch)."""
+    sent_s = math.ceil(now_s / forward_period_s) * forward_period_s if forward_period_s > 0 else now_s
+    return sent_s + change_s

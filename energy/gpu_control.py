@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from energy.hardware import GpuSpec
 
@@ -49,7 +48,9 @@ class NvmlGpu:
 
     backend = "nvml"
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: Any = None) -> None:
+        """`nvml`: nvidia-ml-py's `pynvml` module (None: imported here) or an object with its
+        API (a fake one on machines without a GPU)."""
         if nvml is None:
             import pynvml
 
@@ -157,7 +158,7 @@ class ModelledGpu:
         return (self._clock() - self._start_s) * self.spec.idle_w
 
 
-def open_gpus(spec: GpuSpec, nvml: ModuleType | None = None) -> GpuControl:
+def open_gpus(spec: GpuSpec, nvml: Any = None) -> GpuControl:
     """NVML if it initialises, else the modelled GPU (logged, and visible as `backend`)."""
     try:
         return NvmlGpu(nvml)
