@@ -1,13 +1,19 @@
 """One privileged GPU-control actor per node: the only path from serving code to clocks.
 
-Replicas ask it to lock clocks for their GPUs; it clamps, rate-limits and records
-each change (energy.clock_governor), restores default clocks when it stops, and
-falls back to the modelled GPU where NVML is missing (its `backend` says which).
+Replicas lock clocks for their GPUs through it, each GPU under a lease that the replica's
+every forward renews (energy.leased_clocks). It clamps, rate-limits and records each change
+(energy.clock_governor), and leaves GPUs as it found them: a replica that stops releases its
+GPUs (reset at once), one that dies without cleanup lets its lease lapse (reset within
+`lease_s` and a check), and the actor itself, restarted after a failure, resets the GPUs no
+live replica claims within one lease of its start. It restores default clocks when it stops,
+and falls back to the modelled GPU where NVML is missing (its `backend` says which).
 """
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
@@ -16,29 +22,54 @@ from core.overheads import OverheadTable
 from energy.clock_governor import ClockGovernor
 from energy.gpu_control import GpuControlError, open_gpus
 from energy.hardware import GPUS
+from energy.leased_clocks import LeasedClocks
 
 NAMESPACE = "wattwise"
 # Replicas resend their target every forward period, so a GPU held at default clocks adds a
 # refusal record each time: keep the newest records only.
 MAX_HISTORY = 10_000
+# A replica renews every forward period (0.25 s): ten seconds is forty missed renewals.
+LEASE_S = 10.0
+LEASE_CHECK_S = 1.0
 
 
 @ray.remote(num_cpus=0, max_restarts=-1)
 class GpuControlActor:
     def __init__(self, hardware: str = "h100-80gb",
-                 min_interval_s: float = OverheadTable().clock_forward_period_s) -> None:
-        self.governor = ClockGovernor(open_gpus(GPUS[hardware]), min_interval_s)
+                 min_interval_s: float = OverheadTable().clock_forward_period_s, lease_s: float = LEASE_S,
+                 nvml: Any = None) -> None:
+        """`nvml`: what NVML is reached through (None: nvidia-ml-py; a fake one in tests)."""
+        self.governor = ClockGovernor(open_gpus(GPUS[hardware], nvml), min_interval_s)
+        self._lock = threading.Lock()  # the lease check runs beside the calls
+        self.clocks = LeasedClocks(self.governor, lease_s, time.monotonic())
+        threading.Thread(target=self._reset_lapsed, name="gpu-lease-check", daemon=True).start()
+
+    def _reset_lapsed(self) -> None:
+        while True:
+            time.sleep(LEASE_CHECK_S)
+            with self._lock:
+                self.clocks.expire(time.monotonic())
 
     def backend(self) -> str:
         return self.governor.gpus.backend
 
-    def set_clock(self, indices: list[int], clock_mhz: float) -> list[int | None]:
-        """The clock each GPU was locked at, or None where the governor refused (rate limit,
-        hold after an error) or NVML failed: the caller retries those later."""
-        now = time.monotonic()
-        applied = [self.governor.set_clock(i, clock_mhz, now) for i in indices]
-        del self.governor.history[:-MAX_HISTORY]
+    def set_clock(self, holder: str, indices: list[int], clock_mhz: float) -> list[int | None]:
+        """Renew `holder`'s lease on its GPUs and lock them: the clock each was locked at, or
+        None where the governor refused (rate limit, hold after an error) or NVML failed
+        (the caller sends its target again at its next forward)."""
+        with self._lock:
+            applied = self.clocks.set_clock(holder, indices, clock_mhz, time.monotonic())
+            del self.governor.history[:-MAX_HISTORY]
         return applied
+
+    def release(self, holder: str) -> list[int]:
+        """`holder` stops: its GPUs back at default clocks now (their indices)."""
+        with self._lock:
+            return self.clocks.release(holder, time.monotonic())
+
+    def holders(self) -> dict[int, str]:
+        with self._lock:
+            return self.clocks.holders()
 
     def clocks_mhz(self, indices: list[int]) -> list[int | None]:
         """The clocks the GPUs run at, read back (NVML's graphics clock; the modelled GPU's
@@ -53,17 +84,12 @@ class GpuControlActor:
                 out.append(None)
         return out
 
-    def energy_j(self, indices: list[int]) -> float:
-        """Energy of the GPUs that could be read; one that fails is reset to default clocks."""
-        now = time.monotonic()
-        readings = (self.governor.energy_j(i, now) for i in indices)
-        return sum(j for j in readings if j is not None)
-
     def changes(self) -> list[tuple[float, int, int, int | None, str]]:
         return [(c.at_s, c.index, c.requested_mhz, c.applied_mhz, c.note) for c in self.governor.history]
 
     def restore_all(self) -> None:
-        self.governor.restore_all(time.monotonic())
+        with self._lock:
+            self.governor.restore_all(time.monotonic())
 
     def __del__(self) -> None:
         if "governor" in self.__dict__:  # Ray's actor-class proxy shares this method; skip it

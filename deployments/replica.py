@@ -82,24 +82,43 @@ class LLMReplica:
 
     async def _forward_clock(self, period_s: float = OverheadTable().clock_forward_period_s) -> None:
         """Engine-side clock choices (throttLL'eM's per-step throttling, the plan's clock) reach
-        the real GPUs through the node's privileged actor, off the request path and
-        rate-limited there. The target is sent every period, not once: a change the actor
-        refused (rate limit, hold after an NVML error, a restarting actor) or undid (fail-static
-        reset) is sent again, and the governor skips a lock the GPU already has without
-        calling NVML. Each period also reads back the clocks the GPUs run at, which is what
-        the clock metric reports (not the target)."""
+        the real GPUs through the node's privileged actor, off the request path: the engine
+        only changes its target, and this loop sends the latest one every period (choices
+        in between are coalesced; the governor takes at most one change per GPU per period).
+        The target is sent every period, not once: a change the actor refused (rate limit,
+        hold after an NVML error, a restarting actor) or undid (fail-static reset) is sent
+        again, the governor skips a lock the GPU already has without calling NVML, and each
+        send renews this replica's lease on its GPUs (a replica that dies without cleanup
+        stops renewing, and the actor resets them: deployments.gpu_actor). Each period also
+        reads back the clocks the GPUs run at, which is what the clock metric reports (not
+        the target) and what the engine's clock rule plans with until its choice lands."""
         actor = gpu_actor_for_this_node(self.engine.config.hardware)
         while True:
             clock = self.engine.stats().clock_mhz
             try:
                 if clock:
-                    await actor.set_clock.remote(self.gpu_ids, clock)
+                    await actor.set_clock.remote(self.identity.replica_id, self.gpu_ids, clock)
                 read = [c for c in await actor.clocks_mhz.remote(self.gpu_ids) if c is not None]
                 self.applied_clock_mhz = float(min(read)) if read else None
             except ray.exceptions.RayError as exc:  # the actor restarts (max_restarts=-1): try again
                 logger.warning("wattwise: GPU-control actor unavailable (%s); retrying the clock", exc)
                 self.applied_clock_mhz = None
+            self.engine.clock_applied(self.applied_clock_mhz)
             await asyncio.sleep(period_s)
+
+    async def _release_gpus(self, timeout_s: float = 10.0) -> None:
+        """Stop forwarding and put this replica's GPUs back at the driver's default clocks (a
+        graceful stop: redeploy, downscale, `serve shutdown`). If the actor cannot be reached
+        in time, the lease it holds lapses and the actor resets them anyway."""
+        if self._clock_task is not None:
+            self._clock_task.cancel()
+        if not self.gpu_ids:
+            return
+        try:
+            actor = gpu_actor_for_this_node(self.engine.config.hardware)
+            await asyncio.wait_for(actor.release.remote(self.identity.replica_id), timeout_s)
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            logger.warning("wattwise: GPUs %s not released (%s); their lease lapses instead", self.gpu_ids, exc)
 
     async def _local_autoscale(self, period_s: float = 1.0) -> None:
         """Chiron's Algorithm 1 on this replica's own counters, every `period_s`."""
@@ -254,7 +273,9 @@ class LLMReplica:
                 **occupancy_stats(stats.occupancy())}
 
     async def shutdown(self) -> None:
-        """Stop the engine (Serve calls this as the replica stops: deployments.builder)."""
+        """Release the GPUs' clocks, then stop the engine (Serve calls this as the replica
+        stops: deployments.builder)."""
+        await self._release_gpus()
         await self.engine.shutdown()
 
 
