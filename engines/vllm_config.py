@@ -130,8 +130,9 @@ class VllmEngineConfig(BaseModel):
     throttllem: ThrottllemConfig | None = Field(default=None, description=(
         "throttLL'eM's admission control at the replica's admission gate and, on GPUs, its clock: "
         "the rules the simulated replicas run, deciding after each vLLM step on the replica's "
-        "running batch, their performance model M built for `throttllem.model` on this `hardware`. "
-        "None: the batch limit alone, and the plan's clock band floor."))
+        "running batch, their performance model M built for `throttllem.model` on this `hardware` "
+        "and corrected from the engine's own steps (`throttllem.learn_from_engine`). None: the "
+        "batch limit alone, and the plan's clock band floor."))
 
     @field_validator("model", "tokenizer")
     @classmethod

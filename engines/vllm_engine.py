@@ -23,7 +23,8 @@ from typing import Any
 
 import psutil
 
-from autoscaling.throttllem.replica_policies import replica_policies
+from autoscaling.throttllem.online_ips import OnlineIpsTable
+from autoscaling.throttllem.replica_policies import learnt_ips_table, replica_policies
 from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, RequestOverflowed, Sequence
 from batching.hook_chains import chain_admission, chain_clock
 from core.arrival_rates import ArrivalRates
@@ -148,7 +149,10 @@ class VllmEngine:
         self.running_batch = VllmRunningBatch(
             config.tensor_parallel, vllm_config.cache_config.block_size, self.tracker.snapshot, self.gate, self.clock,
             vllm_config.scheduler_config.max_num_batched_tokens, perf, config.prefill_by_ttft_deadline)
+        self.learnt_ips = self._learnt_ips()
         self.admission, self.clock_rule = self._policies(perf)
+        self._last_step: VllmStep | None = None
+        self._step_errors = 0
         if self.admission is not None:
             self.gate.admits = self._admits
             if config.interactive_first:
@@ -166,10 +170,20 @@ class VllmEngine:
         self._vllm_ids: dict[str, str] = {}  # request id -> id of its current vLLM request
         self._aborts: set[asyncio.Task] = set()
 
+    def _learnt_ips(self) -> OnlineIpsTable | None:
+        """throttLL'eM's M for this engine's shape, corrected from its own steps (`_on_step`)."""
+        throttllem = self.config.throttllem
+        if throttllem is None or not throttllem.learn_from_engine:
+            return None
+        batch = self.running_batch
+        return learnt_ips_table(throttllem, batch.tensor_parallel, self.config.max_num_seqs, batch.kv_blocks_total)
+
     def _policies(self, perf: PerfModel | None) -> tuple[AdmissionPolicy | None, ClockPolicy | None]:
         """The admission and clock rules the simulated replicas of this config run
-        (batching.hook_chains), deciding on this replica's running batch; the clock rule only
-        where the replica has GPUs to clock."""
+        (batching.hook_chains), deciding on this replica's running batch with M as its engine
+        corrects it; the clock rule only where the replica has GPUs to clock. The projector's
+        own correction is off: it times the gaps between its reads, which admission makes at
+        any time here, not once a step."""
         throttllem = self.config.throttllem
         if throttllem is None or perf is None:
             return None, None
@@ -177,7 +191,7 @@ class VllmEngine:
         batch = self.running_batch
         shape = BatcherConfig(tensor_parallel=batch.tensor_parallel, batch_limit=batch.batch_limit,
                               block_size=batch.block_size, kv_capacity_tokens=batch.kv_blocks_total * batch.block_size)
-        admission, clock = replica_policies(perf, shape, throttllem)
+        admission, clock = replica_policies(perf, shape, throttllem, self.learnt_ips)
         return chain_admission([admission]), chain_clock([clock]) if self.config.device == "gpu" else None
 
     def _admits(self, candidate: Sequence) -> bool:
@@ -185,14 +199,31 @@ class VllmEngine:
         return self.admission.admit(candidate, self.running_batch, time.time())
 
     def _on_step(self, step: VllmStep) -> None:
+        """`_observe_step`, never raising into vLLM's output handler: an error there fails every
+        request in flight and stops the engine's outputs. A failing rule is logged and skipped."""
+        try:
+            self._observe_step(step)
+        except Exception:
+            self._step_errors += 1
+            if self._step_errors % 1000 == 1:  # a step runs every few ms: the first, then every 1000th
+                logger.exception("wattwise: a rule run after a vLLM step failed (%d so far)", self._step_errors)
+
+    def _observe_step(self, step: VllmStep) -> None:
         """After each engine step vLLM reports (in its output handler, so nothing here may
-        wait): the batch's progress, the step's speed against the planner's model, then the
-        clock for the next steps and the admission rule asked again, in the order the
-        batcher runs them before a step. The clock only changes a target: the replica
-        forwards it to the GPUs (deployments.replica), never this step."""
+        wait): the batch's progress, the step's speed and energy against the planner's model
+        and the GPUs' counter, a decode step's time for M, then the clock for the next steps
+        and the admission rule asked again, in the order the batcher runs them before a step.
+        The clock only changes a target: the replica forwards it to the GPUs
+        (deployments.replica), never this step."""
+        decode_only = self.running_batch.all_decoding
         work = self.running_batch.on_step()
         modelled = self.step_speed.observe(step) if self.step_speed is not None else None
         self.energy.on_step(work, None if modelled is None else modelled.energy_j)
+        last, self._last_step = self._last_step, step
+        if self.learnt_ips is not None and work and decode_only and step.prompt_tokens == 0 and last is not None \
+                and (last.running or last.waiting) and step.t_s > last.t_s:  # a decode step right after another
+            self.learnt_ips.observe(len(work), round(step.kv_blocks_used), self.running_batch.clock_mhz,
+                                    step.t_s - last.t_s)
         if self.clock_rule is not None:
             clock = self.clock_rule.choose_clock_mhz(self.running_batch, step.t_s)
             if clock is not None:

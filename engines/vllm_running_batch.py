@@ -59,6 +59,11 @@ class VllmRunningBatch:
         return self._gate.waiting_candidates
 
     @property
+    def all_decoding(self) -> bool:
+        """Every admitted request has its first token: vLLM's next step only decodes."""
+        return all(s.prefilled >= s.prefill_target for s in self._sequences.values())
+
+    @property
     def kv_blocks_total(self) -> int:
         return self._snapshot.kv_blocks_total
 
