@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from concurrent.futures import ThreadPoolExecutor
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from core.overheads import OverheadTable
 from energy.clock_governor import ClockGovernor
-from energy.gpu_control import GpuControlError, open_gpus
+from energy.gpu_control import GpuControl, GpuControlError, open_gpus
 from energy.hardware import GPUS
 from energy.leased_clocks import LeasedClocks
 
@@ -33,22 +33,28 @@ LEASE_S = 10.0
 LEASE_CHECK_S = 1.0
 
 
-@ray.remote(num_cpus=0, max_restarts=-1)
+# Replicas' calls are served at once (a node's GPUs belong to several replicas), and one
+# replica's GPUs are locked at once (NVML takes 50-200 ms a lock): a thread per GPU of a node.
+CONCURRENT_CALLS = 16
+
+
+# Ray's overloads of ray.remote omit max_concurrency, which it takes for actor classes.
+@ray.remote(num_cpus=0, max_restarts=-1, max_concurrency=CONCURRENT_CALLS)  # type: ignore[call-overload]
 class GpuControlActor:
     def __init__(self, hardware: str = "h100-80gb",
                  min_interval_s: float = OverheadTable().clock_forward_period_s, lease_s: float = LEASE_S,
-                 nvml: Any = None) -> None:
-        """`nvml`: what NVML is reached through (None: nvidia-ml-py; a fake one in tests)."""
-        self.governor = ClockGovernor(open_gpus(GPUS[hardware], nvml), min_interval_s)
-        self._lock = threading.Lock()  # the lease check runs beside the calls
-        self.clocks = LeasedClocks(self.governor, lease_s, time.monotonic())
+                 gpus: GpuControl | None = None) -> None:
+        """`gpus`: what the actor controls (None: NVML, or the modelled GPU where it is missing;
+        tests and benches hand it a stand-in)."""
+        self.governor = ClockGovernor(gpus or open_gpus(GPUS[hardware]), min_interval_s)
+        self._nvml_calls = ThreadPoolExecutor(CONCURRENT_CALLS, thread_name_prefix="gpu")
+        self.clocks = LeasedClocks(self.governor, lease_s, time.monotonic(), each_gpu=self._nvml_calls.map)
         threading.Thread(target=self._reset_lapsed, name="gpu-lease-check", daemon=True).start()
 
     def _reset_lapsed(self) -> None:
         while True:
             time.sleep(LEASE_CHECK_S)
-            with self._lock:
-                self.clocks.expire(time.monotonic())
+            self.clocks.expire(time.monotonic())
 
     def backend(self) -> str:
         return self.governor.gpus.backend
@@ -57,19 +63,16 @@ class GpuControlActor:
         """Renew `holder`'s lease on its GPUs and lock them: the clock each was locked at, or
         None where the governor refused (rate limit, hold after an error) or NVML failed
         (the caller sends its target again at its next forward)."""
-        with self._lock:
-            applied = self.clocks.set_clock(holder, indices, clock_mhz, time.monotonic())
-            del self.governor.history[:-MAX_HISTORY]
+        applied = self.clocks.set_clock(holder, indices, clock_mhz, time.monotonic())
+        del self.governor.history[:-MAX_HISTORY]
         return applied
 
     def release(self, holder: str) -> list[int]:
         """`holder` stops: its GPUs back at default clocks now (their indices)."""
-        with self._lock:
-            return self.clocks.release(holder, time.monotonic())
+        return self.clocks.release(holder, time.monotonic())
 
     def holders(self) -> dict[int, str]:
-        with self._lock:
-            return self.clocks.holders()
+        return self.clocks.holders()
 
     def clocks_mhz(self, indices: list[int]) -> list[int | None]:
         """The clocks the GPUs run at, read back (NVML's graphics clock; the modelled GPU's
@@ -88,8 +91,7 @@ class GpuControlActor:
         return [(c.at_s, c.index, c.requested_mhz, c.applied_mhz, c.note) for c in self.governor.history]
 
     def restore_all(self) -> None:
-        with self._lock:
-            self.governor.restore_all(time.monotonic())
+        self.governor.restore_all(time.monotonic())
 
     def __del__(self) -> None:
         if "governor" in self.__dict__:  # Ray's actor-class proxy shares this method; skip it

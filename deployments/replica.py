@@ -67,6 +67,7 @@ class LLMReplica:
             self.engine.set_batch_limit(self.local.limit)
         self._local_task: asyncio.Task | None = None
         self._clock_task: asyncio.Task | None = None
+        self._stop_forwarding = asyncio.Event()  # set as the replica stops
         # What the GPUs run at, as the GPU-control actor reads it back (None: not read yet).
         self.applied_clock_mhz: float | None = None
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
@@ -77,7 +78,8 @@ class LLMReplica:
             self._follower = asyncio.get_running_loop().create_task(self._follow_plan(self.apply_plan))
         if self.local is not None and (self._local_task is None or self._local_task.done()):
             self._local_task = asyncio.get_running_loop().create_task(self._local_autoscale())
-        if self.gpu_ids and (self._clock_task is None or self._clock_task.done()):
+        stopped = self._stop_forwarding.is_set()  # the replica released its GPUs: no more locks
+        if self.gpu_ids and not stopped and (self._clock_task is None or self._clock_task.done()):
             self._clock_task = asyncio.get_running_loop().create_task(self._forward_clock())
 
     async def _forward_clock(self, period_s: float = OverheadTable().clock_forward_period_s) -> None:
@@ -93,7 +95,8 @@ class LLMReplica:
         reads back the clocks the GPUs run at, which is what the clock metric reports (not
         the target) and what the engine's clock rule plans with until its choice lands."""
         actor = gpu_actor_for_this_node(self.engine.config.hardware)
-        while True:
+        while not self._stop_forwarding.is_set():
+            started_s = time.monotonic()
             clock = self.engine.stats().clock_mhz
             try:
                 if clock:
@@ -104,14 +107,20 @@ class LLMReplica:
                 logger.warning("wattwise: GPU-control actor unavailable (%s); retrying the clock", exc)
                 self.applied_clock_mhz = None
             self.engine.clock_applied(self.applied_clock_mhz)
-            await asyncio.sleep(period_s)
+            try:  # every period from the last send's start, however long NVML took
+                await asyncio.wait_for(self._stop_forwarding.wait(), max(period_s - (time.monotonic() - started_s), 0))
+            except TimeoutError:
+                pass
 
     async def _release_gpus(self, timeout_s: float = 10.0) -> None:
         """Stop forwarding and put this replica's GPUs back at the driver's default clocks (a
-        graceful stop: redeploy, downscale, `serve shutdown`). If the actor cannot be reached
-        in time, the lease it holds lapses and the actor resets them anyway."""
+        graceful stop: redeploy, downscale, `serve shutdown`). The last forward is awaited
+        first: the actor serves calls at once, so a lock still on its way could otherwise land
+        after the release. If the actor cannot be reached in time, the lease it holds lapses
+        and the actor resets them anyway."""
+        self._stop_forwarding.set()
         if self._clock_task is not None:
-            self._clock_task.cancel()
+            await asyncio.wait({self._clock_task}, timeout=timeout_s)
         if not self.gpu_ids:
             return
         try:

@@ -9,20 +9,27 @@ restarted after a failure, takes every GPU of the node on one lease of its own: 
 replicas renew theirs within it (the lease then moves to them), and the GPUs nobody claims
 (clocks a dead actor or replica left locked) are reset when it lapses.
 
-Pure: time is passed in. Resets go through the clock governor (energy.clock_governor),
-which never raises and records each one.
+Time is passed in. Locks and resets go through the clock governor (energy.clock_governor),
+which never raises and records each one. Safe to call from several threads (the actor serves
+replicas at once): each GPU's NVML calls are serialized by a lock of its own, and a call on
+several GPUs runs them through `each_gpu` (the actor's thread pool: NVML's 50-200 ms per lock
+would otherwise add up over a TP8 replica's GPUs).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from energy.clock_governor import ClockGovernor
 from energy.gpu_control import GpuControlError
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Holds every GPU from the actor's start until replicas claim theirs (whoever held them before).
 BEFORE_START = "held before this actor started"
@@ -37,10 +44,16 @@ class Lease:
     expires_s: float
 
 
+EachGpu = Callable[[Callable[[int], T], Iterable[int]], Iterable[T]]
+
+
 class LeasedClocks:
-    def __init__(self, governor: ClockGovernor, lease_s: float, now_s: float) -> None:
+    def __init__(self, governor: ClockGovernor, lease_s: float, now_s: float, each_gpu: EachGpu = map) -> None:
         self.governor = governor
         self.lease_s = lease_s
+        self._each_gpu = each_gpu
+        self._lock = threading.Lock()  # the leases
+        self._gpu_locks: dict[int, threading.Lock] = defaultdict(threading.Lock)  # each GPU's NVML calls
         try:
             count = governor.gpus.device_count()
         except GpuControlError as exc:
@@ -49,32 +62,42 @@ class LeasedClocks:
         self._leases = {index: Lease(BEFORE_START, now_s + lease_s) for index in range(count)}
 
     def set_clock(self, holder: str, indices: Iterable[int], clock_mhz: float, now_s: float) -> list[int | None]:
-        """Renew `holder`'s lease on `indices` and lock them near `clock_mhz` (the governor's
-        answer per GPU: the clock applied, or None where it refused or NVML failed)."""
+        """Renew `holder`'s lease on `indices` (taking over a lease another held: Ray gave the
+        GPU to this replica, so its last holder is gone) and lock them near `clock_mhz`: the
+        governor's answer per GPU, the clock applied or None where it refused or NVML failed."""
         indices = list(indices)
-        self.renew(holder, indices, now_s)
-        return [self.governor.set_clock(index, clock_mhz, now_s) for index in indices]
+        with self._lock:
+            for index in indices:
+                self._leases[index] = Lease(holder, now_s + self.lease_s)
 
-    def renew(self, holder: str, indices: Iterable[int], now_s: float) -> None:
-        """`holder` holds `indices` for `lease_s` from now (taking over a lease another held:
-        Ray gave the GPU to this replica, so its last holder is gone)."""
-        for index in indices:
-            self._leases[index] = Lease(holder, now_s + self.lease_s)
+        def lock(index: int) -> int | None:
+            with self._gpu_locks[index]:
+                return self.governor.set_clock(index, clock_mhz, now_s)
+
+        return list(self._each_gpu(lock, indices))
 
     def release(self, holder: str, now_s: float) -> list[int]:
         """`holder` stopped: its GPUs back to default clocks now. Returns their indices."""
-        return self._reset([i for i, lease in self._leases.items() if lease.holder == holder], now_s, RELEASED)
+        return self._reset(lambda lease: lease.holder == holder, now_s, RELEASED)
 
     def expire(self, now_s: float) -> list[int]:
         """Reset the GPUs whose lease lapsed by `now_s`; their indices."""
-        return self._reset([i for i, lease in self._leases.items() if lease.expires_s <= now_s], now_s, LAPSED)
+        return self._reset(lambda lease: lease.expires_s <= now_s, now_s, LAPSED)
 
     def holders(self) -> dict[int, str]:
         """Who holds each leased GPU."""
-        return {index: lease.holder for index, lease in self._leases.items()}
+        with self._lock:
+            return {index: lease.holder for index, lease in self._leases.items()}
 
-    def _reset(self, indices: list[int], now_s: float, why: str) -> list[int]:
-        for index in indices:
-            why_here = f"{why} by {self._leases.pop(index).holder}"
-            self.governor.restore(index, now_s, why_here)
-        return indices
+    def _reset(self, ends: Callable[[Lease], bool], now_s: float, why: str) -> list[int]:
+        with self._lock:
+            ended = {index: lease.holder for index, lease in self._leases.items() if ends(lease)}
+            for index in ended:
+                del self._leases[index]
+
+        def reset(index: int) -> int:
+            with self._gpu_locks[index]:
+                self.governor.restore(index, now_s, f"{why} by {ended[index]}")
+            return index
+
+        return list(self._each_gpu(reset, ended))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import bisect
 import fcntl
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -66,8 +67,19 @@ class FakeNvml:
         self.init_error = init_error
         self.start_s = clock()  # the driver's load: the energy counter counts from here
         self._memory = self._fresh()
+        self.most_locks_at_once = 0  # clock locks and resets in flight together (this process's)
+        self._in_flight = 0
+        self._in_flight_lock = threading.Lock()
         if self.state_path is not None and not Path(self.state_path).exists():
             Path(self.state_path).write_text(json.dumps(self._memory))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for a Ray actor's constructor: its lock stays here."""
+        return {k: v for k, v in self.__dict__.items() if k != "_in_flight_lock"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._in_flight_lock = threading.Lock()
 
     @staticmethod
     def _fresh() -> dict[str, Any]:
@@ -137,17 +149,27 @@ class FakeNvml:
         self._check("nvmlDeviceGetSupportedGraphicsClocks")
         return list(GRAPHICS_CLOCKS_MHZ)
 
+    @contextmanager
+    def _taking_latency(self) -> Iterator[None]:
+        with self._in_flight_lock:
+            self._in_flight += 1
+            self.most_locks_at_once = max(self.most_locks_at_once, self._in_flight)
+        try:
+            time.sleep(self.lock_latency_s)
+            yield
+        finally:
+            with self._in_flight_lock:
+                self._in_flight -= 1
+
     def nvmlDeviceSetGpuLockedClocks(self, handle: int, low_mhz: int, high_mhz: int) -> None:
         self._check("nvmlDeviceSetGpuLockedClocks")
-        time.sleep(self.lock_latency_s)
-        with self._state() as state:
+        with self._taking_latency(), self._state() as state:
             state["locked"][str(self._device(handle))] = [low_mhz, high_mhz]
             self._record(state, "nvmlDeviceSetGpuLockedClocks", handle, low_mhz)
 
     def nvmlDeviceResetGpuLockedClocks(self, handle: int) -> None:
         self._check("nvmlDeviceResetGpuLockedClocks")
-        time.sleep(self.lock_latency_s)
-        with self._state() as state:
+        with self._taking_latency(), self._state() as state:
             state["locked"].pop(str(self._device(handle)), None)
             self._record(state, "nvmlDeviceResetGpuLockedClocks", handle)
 

@@ -30,6 +30,7 @@ from ray import serve
 from deployments.builder import ReplicaDeployment
 from deployments.gpu_actor import LEASE_S, NAMESPACE, GpuControlActor
 from deployments.plan_store import plan_store
+from energy.gpu_control import NvmlGpu
 from energy.leased_clocks import BEFORE_START, LAPSED, RELEASED
 from tests.fake_nvml import FakeNvml
 from tests.live_app import wait_for
@@ -97,8 +98,9 @@ def cluster(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Itera
     init_local_ray(num_cpus=2, num_gpus=2, include_dashboard=False, namespace="gpu-clocks-test")
     state = tmp_path_factory.mktemp("fake-nvml") / "devices.json"
     node_id = ray.get_runtime_context().get_node_id()
+    devices = NvmlGpu(FakeNvml(count=2, state_path=state))
     actor = GpuControlActor.options(name=f"gpu-control-{node_id}", namespace=NAMESPACE,
-                                    lifetime="detached").remote("h100-80gb", nvml=FakeNvml(count=2, state_path=state))
+                                    lifetime="detached").remote("h100-80gb", gpus=devices)
     try:
         assert ray.get(actor.backend.remote(), timeout=120) == "nvml"
         serve.start(proxy_location="Disabled")

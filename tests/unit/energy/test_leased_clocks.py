@@ -4,6 +4,8 @@ released one and an actor's start each put GPUs back at the driver's default clo
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 from energy.clock_governor import ClockGovernor
 from energy.gpu_control import NvmlGpu
 from energy.leased_clocks import BEFORE_START, LeasedClocks
@@ -78,3 +80,17 @@ def test_each_reset_records_why_and_whose() -> None:
     keeper.expire(LEASE_S)  # GPU 1: nobody claimed it since the start
     notes = [c.note for c in keeper.governor.history if c.note.startswith("reset")]
     assert notes == ["reset to default (released by a)", f"reset to default (lease lapsed by {BEFORE_START})"]
+
+
+def test_a_replicas_gpus_are_locked_at_once_and_each_gpus_calls_one_at_a_time() -> None:
+    """NVML takes 50-200 ms a lock: a TP8 replica's change must not cost eight of them in a
+    row, and two calls on one GPU must not interleave (the fake counts calls in flight)."""
+    nvml = FakeNvml(count=8, lock_latency_s=0.05)
+    with ThreadPoolExecutor(8) as pool:
+        keeper = LeasedClocks(ClockGovernor(NvmlGpu(nvml), min_interval_s=0.0), LEASE_S, 0.0, each_gpu=pool.map)
+        assert keeper.set_clock("tp8", range(8), 1200, now_s=1.0) == [1200] * 8
+        assert nvml.most_locks_at_once == 8
+        one_gpu = FakeNvml(count=1, lock_latency_s=0.05)
+        keeper = LeasedClocks(ClockGovernor(NvmlGpu(one_gpu), min_interval_s=0.0), LEASE_S, 0.0, each_gpu=pool.map)
+        list(pool.map(lambda clock: keeper.set_clock("a", [0], clock, now_s=1.0), [800, 990, 1200, 1600]))
+        assert one_gpu.most_locks_at_once == 1
