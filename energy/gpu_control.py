@@ -104,14 +104,17 @@ class NvmlGpu:
 
 
 class ModelledGpu:
-    """Stand-in GPUs with a GpuSpec's clocks and limits; energy integrates idle power."""
+    """Stand-in GPUs with a GpuSpec's clocks and limits; energy integrates idle power. A lock
+    or reset may take `lock_latency_s`, as NVML's do (50-200 ms: bench/clock_rate.py)."""
 
     backend = "modelled"
 
-    def __init__(self, spec: GpuSpec, count: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spec: GpuSpec, count: int = 1, clock: Callable[[], float] = time.monotonic,
+                 lock_latency_s: float = 0.0) -> None:
         self.spec = spec
         self.count = count
         self._clock = clock
+        self.lock_latency_s = lock_latency_s
         self._locked: dict[int, int] = {}
         self._limit: dict[int, float] = {}
         self._start_s = clock()
@@ -131,10 +134,12 @@ class ModelledGpu:
         self._check(index)
         if clock_mhz not in self.spec.supported_clocks_mhz():
             raise GpuControlError(f"{clock_mhz} MHz is not a supported clock")
+        time.sleep(self.lock_latency_s)
         self._locked[index] = clock_mhz
 
     def reset_clock(self, index: int) -> None:
         self._check(index)
+        time.sleep(self.lock_latency_s)
         self._locked.pop(index, None)
 
     def clock_mhz(self, index: int) -> int:

@@ -283,6 +283,7 @@ BENCHES = {
     "batch-replicas": "bench.batch_replicas:main",
     "shuffled-orders": "bench.shuffled_orders:main",
     "cluster-cost": "bench.cluster_cost:main",
+    "clock-rate": "bench.clock_rate:main",
 }
 
 
