@@ -4,15 +4,16 @@ DynamoLLM measured that re-locking the GPU clock at every iteration costs throug
 loop called nvidia-smi); throttLL'eM takes the lock off the critical path. In wattwise the engine
 only sets a target (a vLLM replica's clock rule, after each step); the replica forwards its
 latest target to its node's GPU-control actor every `clock_forward_period_s` (0.25 s,
-core.overheads), and the actor locks at most one change per GPU per period, a replica's GPUs at
-once, different replicas' at once. That is the rate chosen: at most 4 changes per GPU per second,
-each choice coalesced with those after it until the next forward.
+core.overheads), and the actor locks a replica's GPUs at once, different replicas' at once, and
+refuses a GPU a second change within 0.8 of a period (sends jitter by milliseconds). That is the
+rate chosen: at most 4 changes per GPU per second, each choice coalesced with those after it
+until the next forward.
 
 Part 1 runs the real pieces (LLMReplica's forward loop, GpuControlActor, LeasedClocks,
 ClockGovernor) on a local Ray node against modelled GPUs whose lock takes NVML's latency
 (`--latency-ms`; 50-200 ms in DynamoLLM and throttLL'eM), with stand-in engines that want a
-new clock every `--hold-ms` (20: every decode step, the worst case for the rate; 1000: a clock
-held a while, whose wait to reach its GPUs is the lag a raise sees), for 8 GPUs held as 8 TP1
+new clock every `--hold-ms` on average (20: every decode step, the worst case for the rate;
+1000: a clock held a while, whose wait to reach its GPUs is the lag a raise sees), for 8 GPUs held as 8 TP1
 replicas and as one TP8 replica. Per case: choices made and locks applied per second, and how
 long a choice that reached its GPUs waited (from the choice to the lock call's start, plus the
 latency).
@@ -71,7 +72,9 @@ class _WantsAClockEachStep:
         while time.monotonic() < until_s:
             self.target = float(self.rng.choice(self.clocks))
             self.choices.append((time.monotonic(), self.target))
-            await asyncio.sleep(self.step_s)
+            # Held 0.5-1.5x `step_s`: a hold in step with the forwards would always be chosen
+            # at the same point between two of them.
+            await asyncio.sleep(self.step_s * self.rng.uniform(0.5, 1.5))
 
     async def shutdown(self) -> None:
         pass

@@ -42,9 +42,9 @@ class OverheadTable(BaseModel):
     clock_change_s: float = Field(default=0.1, ge=0, description=(
         "From a clock lock to the GPUs running at it (NVML 50-200 ms); the old clock runs meanwhile."))
     clock_forward_period_s: float = Field(default=0.25, gt=0, description=(
-        "A replica sends its clock choice (per-step hook or plan) to its GPUs this often, and the "
-        "node's governor takes at most one change per GPU per period: a choice lands at the next "
-        "send plus clock_change_s."))
+        "A replica sends its latest clock choice (per-step hook or plan) to its GPUs this often, so "
+        "a GPU takes at most one change per period: a choice lands at the next send plus "
+        "clock_change_s."))
 
     @property
     def startup_s(self) -> float:

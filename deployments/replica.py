@@ -86,7 +86,7 @@ class LLMReplica:
         """Engine-side clock choices (throttLL'eM's per-step throttling, the plan's clock) reach
         the real GPUs through the node's privileged actor, off the request path: the engine
         only changes its target, and this loop sends the latest one every period (choices
-        in between are coalesced; the governor takes at most one change per GPU per period).
+        in between are coalesced, so a GPU takes at most one change per period).
         The target is sent every period, not once: a change the actor refused (rate limit,
         hold after an NVML error, a restarting actor) or undid (fail-static reset) is sent
         again, the governor skips a lock the GPU already has without calling NVML, and each
