@@ -1,6 +1,7 @@
 """`wattwise gpu-check`: is this GPU machine ready for wattwise, and does its profile describe it?
 
-Three checks, in a few minutes on one H100 (8B-shaped model: ~2 min), nothing downloaded:
+Three checks, nothing downloaded; estimated at ~2 minutes on one H100 (the 8B-shaped model's build
+plus 10 measurements of 2 s; not yet run on one):
 
 1. NVML reads, which the clock governor and the energy meter rely on: supported clocks, the clock
    running, power limit and draw, and the energy counter (it must rise).
