@@ -160,8 +160,8 @@ class VllmEngine:
         self.step_speed = None if perf is None or config.device != "gpu" else VllmStepSpeed(
             perf, config.tensor_parallel, self.running_batch.block_size, lambda: self.running_batch.clock_mhz)
         self.tracker.step_observers.append(self._on_step)
-        self.energy = StepEnergy.open(self.gpu_ids, None if self.step_speed is None
-                                      else perf.idle_power_w(config.tensor_parallel) if perf is not None else None)
+        modelled_idle_w = perf.idle_power_w(config.tensor_parallel) if perf and self.step_speed else None
+        self.energy = StepEnergy.open(self.gpu_ids, modelled_idle_w)
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
         self._arrivals = ArrivalRates()
         self._completed = 0
@@ -408,6 +408,7 @@ class VllmEngine:
                 self.running_batch.advance(rid, run.generated, run.first_s)
                 finished = out.finished
                 if out.finished and completion.finish_reason != "abort":
+                    self._leave(rid)  # out of the batch before its energy is told: no later step is its
                     self._completed += 1
                     prompt_tokens = len(run.prompt_ids or ()) or request.prompt_tokens
                     arrival = request.arrival_s
