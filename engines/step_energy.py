@@ -12,7 +12,7 @@ The perf/power model the planner believes is booked the same way beside it: its 
 each step's work (engines.vllm_step_speed), its idle power over the idle time. An operator sees
 the model's error on their own fleet (`wattwise_energy_joules{source="nvml"|"model"}`).
 
-The driver refreshes the counter on its own period (tens of milliseconds), not at each step: a
+The driver refreshes the counter on its own period, not at each step (not measured here): a
 single step's reading may hold a neighbour's joules, so one step's split is lumpy; a request's
 sum over its steps is sound. Without NVML (CPU backends, no driver) nothing is measured.
 """
