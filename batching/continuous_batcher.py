@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence as Ordered
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -18,6 +19,7 @@ from batching.deadline_order import deadline_insert_index, due_key, move_late_be
 from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bounded_step_tokens
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
+from core.overheads import clock_lands_s
 from core.replica_choice import ReplicaOccupancy
 from core.request import Request
 from core.stats import ReplicaStats
@@ -201,10 +203,31 @@ class PreemptionPolicy(Protocol):
     def victim(self, seq: Sequence, batcher: ContinuousBatcher, now_s: float) -> int | None: ...
 
 
+class ClockedBatch(RunningBatch, Protocol):
+    """What a clock rule reads of a replica: its batch and queue, the perf model and step
+    budget it plans prefills with, and where its clock stands (chosen, running, when a new
+    choice lands, the planner's band). The batcher is one; a vLLM replica's view of its
+    engine (engines.vllm_running_batch) the other, so one rule picks both engines' clocks."""
+
+    @property
+    def waiting(self) -> Ordered[Sequence]: ...
+    @property
+    def perf(self) -> PerfModel: ...
+    @property
+    def step_tokens(self) -> int: ...
+    @property
+    def clock_target_mhz(self) -> float: ...
+    @property
+    def longest_clock_lag_s(self) -> float: ...
+    def prefill_queue(self, now_s: float) -> list[Sequence]: ...
+    def clamp_to_band(self, clock_mhz: float) -> float: ...
+    def clock_lands_s(self, now_s: float) -> float: ...
+
+
 class ClockPolicy(Protocol):
     """Picks the GPU clock before each step (None: keep it). Rate limiting is its own."""
 
-    def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None: ...
+    def choose_clock_mhz(self, batcher: ClockedBatch, now_s: float) -> float | None: ...
 
     def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
         """The lowest clock it picks whatever the band allows (0: the band's floor); the
@@ -248,6 +271,7 @@ class ContinuousBatcher:
         self.running: list[Sequence] = []
         self.by_id: dict[str, Sequence] = {}
         self.energy_j = 0.0
+        self.idle_energy_j = 0.0  # of energy_j
         self.accounted_until_s: float | None = None
         self.busy_until_s = 0.0
         self.power_w = perf.idle_power_w(config.tensor_parallel)
@@ -471,9 +495,7 @@ class ContinuousBatcher:
     def clock_lands_s(self, now_s: float) -> float:
         """When a clock chosen now reaches the GPUs: the first forward from now, plus the
         lock's latency (`land_clock`'s rule)."""
-        period = self.config.clock_forward_period_s
-        sent_s = math.ceil(now_s / period) * period if period > 0 else now_s
-        return sent_s + self.config.clock_change_s
+        return clock_lands_s(now_s, self.config.clock_forward_period_s, self.config.clock_change_s)
 
     @property
     def longest_clock_lag_s(self) -> float:
@@ -622,8 +644,13 @@ class ContinuousBatcher:
         if self.accounted_until_s is None:
             self.accounted_until_s = now_s
         if now_s > self.accounted_until_s:
-            self.energy_j += (now_s - self.accounted_until_s) * self.perf.idle_power_w(self.tensor_parallel)
+            self.charge_idle((now_s - self.accounted_until_s) * self.perf.idle_power_w(self.tensor_parallel))
             self.accounted_until_s = now_s
+
+    def charge_idle(self, joules: float) -> None:
+        """Energy of GPUs with nothing to run (reported apart: no request is charged it)."""
+        self.energy_j += joules
+        self.idle_energy_j += joules
 
     # ---- one iteration -------------------------------------------------------
     def plan_step(self, now_s: float) -> Step | None:
@@ -835,6 +862,7 @@ class ContinuousBatcher:
             clock_mhz=self.clock_mhz,
             power_w=self.power_w,
             energy_j=self.energy_j,
+            idle_energy_j=self.idle_energy_j,
             tensor_parallel=self.tensor_parallel,
             preemptions=self.preemptions,
             completed_requests=self.completed,

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from batching.continuous_batcher import (
         AdmissionPolicy,
+        ClockedBatch,
         ClockPolicy,
         ContinuousBatcher,
         PreemptionPolicy,
@@ -47,7 +48,7 @@ class ClockChain:
     def __init__(self, members: Members[ClockPolicy]) -> None:
         self.members = tuple(members)
 
-    def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
+    def choose_clock_mhz(self, batcher: ClockedBatch, now_s: float) -> float | None:
         for m in self.members:
             clock = m.choose_clock_mhz(batcher, now_s)
             if clock is not None:

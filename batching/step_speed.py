@@ -33,8 +33,11 @@ class StepSpeed:
         the planner's model lacks is not compared (it plans no such shape either)."""
         if tp not in self._tps:
             return
-        modelled_s = self.reference.iteration(prefill_tokens, prefill_sum_sq, decodes, decode_context_tokens,
-                                              tp, clock_mhz).time_s
+        self.record_times(measured_s, self.reference.iteration(prefill_tokens, prefill_sum_sq, decodes,
+                                                               decode_context_tokens, tp, clock_mhz).time_s)
+
+    def record_times(self, measured_s: float, modelled_s: float) -> None:
+        """One step that took `measured_s` where the planner's model gives `modelled_s`."""
         if measured_s <= 0 or modelled_s <= 0:
             return
         self._measured_s = self.decay * self._measured_s + measured_s

@@ -44,7 +44,7 @@ from typing import Any
 
 import httpx
 
-from core.efficiency import joules_per_generated_token
+from core.efficiency import joules_per_generated_token, replica_energy_series
 from core.paths import SERVE_CONFIG
 from core.token_counter import TOKENIZER_FILE, count_tokens
 from prediction.prompt_data import load_pairs, split_three_way
@@ -195,7 +195,7 @@ def wattwise_figures(before: dict[str, Series], after: dict[str, Series]) -> dic
     generated = delta("ray_wattwise_generation_tokens_total")
     ttft_n = delta("ray_wattwise_time_to_first_token_seconds_count")
     # Fleet energy: each replica's gauge (J since its start) at the end minus at the start.
-    energy = after.get("ray_wattwise_energy_joules", {})
+    energy = replica_energy_series(after.get("ray_wattwise_energy_joules", {}))
     fleet_j = sum(v - before.get("ray_wattwise_energy_joules", {}).get(series, 0.0) for series, v in energy.items())
     return {
         "accepted": delta("ray_wattwise_requests_accepted_total"),

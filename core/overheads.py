@@ -20,6 +20,8 @@ would be cheaper, but no runtime here does it, so no planner may assume it.
 
 from __future__ import annotations
 
+import math
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -40,9 +42,9 @@ class OverheadTable(BaseModel):
     clock_change_s: float = Field(default=0.1, ge=0, description=(
         "From a clock lock to the GPUs running at it (NVML 50-200 ms); the old clock runs meanwhile."))
     clock_forward_period_s: float = Field(default=0.25, gt=0, description=(
-        "A replica sends its clock choice (per-step hook or plan) to its GPUs this often, and the "
-        "node's governor takes at most one change per GPU per period: a choice lands at the next "
-        "send plus clock_change_s."))
+        "A replica sends its latest clock choice (per-step hook or plan) to its GPUs this often, so "
+        "a GPU takes at most one change per period: a choice lands at the next send plus "
+        "clock_change_s."))
 
     @property
     def startup_s(self) -> float:
@@ -56,3 +58,12 @@ class OverheadTable(BaseModel):
     def cold_cloud(cls) -> OverheadTable:
         """Table V in full: a new 8xH100 VM (~6-8 min in total)."""
         return cls(create_vm_s=90.0, init_distributed_s=120.0, download_weights_s=180.0)
+
+
+def clock_lands_s(now_s: float, forward_period_s: float, change_s: float) -> float:
+    """When a clock chosen at `now_s` reaches the GPUs: the replica's first forward from then
+    (forwards go out at multiples of `forward_period_s`; at once where it is 0), plus the
+    lock's latency. The batcher models its lag by this rule, and a vLLM replica's clock rule
+    reads it for its real GPUs' (engines.vllm_running_batch)."""
+    sent_s = math.ceil(now_s / forward_period_s) * forward_period_s if forward_period_s > 0 else now_s
+    return sent_s + change_s

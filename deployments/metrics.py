@@ -9,12 +9,14 @@ from __future__ import annotations
 from ray.serve import metrics
 from ray.util import metrics as ray_metrics
 
+from core.efficiency import MODEL, NVML
 from core.stats import ReplicaStats
 from engines.protocol import RequestUsage
 
 _LATENCY_BOUNDS_S = [0.01, 0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.5, 3, 6, 12, 30, 60, 120, 300]
 _ITL_BOUNDS_S = [0.005, 0.01, 0.02, 0.03, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.5, 1, 2]
 _REQUEST_TAGS = ("pool", "length_class", "service_class")
+ENERGY_TAGS = ("pool", "source")
 
 
 def zero_counter(counter: ray_metrics.Counter, tags: dict[str, str]) -> None:
@@ -52,7 +54,13 @@ class ReplicaMetrics:
         self.requests = metrics.Counter(
             "wattwise_requests_total", "Finished requests by reason.", (*_REQUEST_TAGS, "finish_reason")  # type: ignore[arg-type]
         )
-        self.energy = metrics.Gauge("wattwise_energy_joules", "GPU energy of the replica since start.", ("pool",))
+        self.energy = metrics.Gauge(
+            "wattwise_energy_joules", "GPU energy of the replica since start: source=nvml its GPUs' energy counter, "
+            "source=model the perf/power model's for the same work (side by side: the model's error).",
+            ENERGY_TAGS)  # type: ignore[arg-type]
+        self.idle_energy = metrics.Gauge(
+            "wattwise_idle_energy_joules", "Of wattwise_energy_joules, the part spent while no request was inside "
+            "(charged to no request).", ENERGY_TAGS)  # type: ignore[arg-type]
         self.power = metrics.Gauge("wattwise_power_watts", "GPU power draw of the replica.", ("pool",))
         self.clock = metrics.Gauge(
             "wattwise_gpu_clock_mhz", "GPU clock the replica's GPUs run at (read back; modelled GPUs: the engine's).",
@@ -91,7 +99,12 @@ class ReplicaMetrics:
         """`applied_clock_mhz`: what the GPUs run at; None (not read back yet) leaves the
         clock gauge as it was rather than report the target as applied."""
         tags = {"pool": self.pool}
-        self.energy.set(stats.energy_j, tags)
+        for source, present, total_j, idle_j in (
+                (NVML, stats.energy_measured, stats.nvml_energy_j, stats.nvml_idle_energy_j),
+                (MODEL, stats.energy_modelled, stats.energy_j, stats.idle_energy_j)):
+            if present:
+                self.energy.set(total_j, {**tags, "source": source})
+                self.idle_energy.set(idle_j, {**tags, "source": source})
         self.power.set(stats.power_w, tags)
         self.clock_target.set(stats.clock_mhz, tags)
         if applied_clock_mhz is not None:

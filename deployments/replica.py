@@ -67,6 +67,7 @@ class LLMReplica:
             self.engine.set_batch_limit(self.local.limit)
         self._local_task: asyncio.Task | None = None
         self._clock_task: asyncio.Task | None = None
+        self._stop_forwarding = asyncio.Event()  # set as the replica stops
         # What the GPUs run at, as the GPU-control actor reads it back (None: not read yet).
         self.applied_clock_mhz: float | None = None
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
@@ -77,29 +78,56 @@ class LLMReplica:
             self._follower = asyncio.get_running_loop().create_task(self._follow_plan(self.apply_plan))
         if self.local is not None and (self._local_task is None or self._local_task.done()):
             self._local_task = asyncio.get_running_loop().create_task(self._local_autoscale())
-        if self.gpu_ids and (self._clock_task is None or self._clock_task.done()):
+        stopped = self._stop_forwarding.is_set()  # the replica released its GPUs: no more locks
+        if self.gpu_ids and not stopped and (self._clock_task is None or self._clock_task.done()):
             self._clock_task = asyncio.get_running_loop().create_task(self._forward_clock())
 
     async def _forward_clock(self, period_s: float = OverheadTable().clock_forward_period_s) -> None:
         """Engine-side clock choices (throttLL'eM's per-step throttling, the plan's clock) reach
-        the real GPUs through the node's privileged actor, off the request path and
-        rate-limited there. The target is sent every period, not once: a change the actor
-        refused (rate limit, hold after an NVML error, a restarting actor) or undid (fail-static
-        reset) is sent again, and the governor skips a lock the GPU already has without
-        calling NVML. Each period also reads back the clocks the GPUs run at, which is what
-        the clock metric reports (not the target)."""
+        the real GPUs through the node's privileged actor, off the request path: the engine
+        only changes its target, and this loop sends the latest one every period (choices
+        in between are coalesced, so a GPU takes at most one change per period).
+        The target is sent every period, not once: a change the actor refused (rate limit,
+        hold after an NVML error, a restarting actor) or undid (fail-static reset) is sent
+        again, the governor skips a lock the GPU already has without calling NVML, and each
+        send renews this replica's lease on its GPUs (a replica that dies without cleanup
+        stops renewing, and the actor resets them: deployments.gpu_actor). Each period also
+        reads back the clocks the GPUs run at, which is what the clock metric reports (not
+        the target) and what the engine's clock rule plans with until its choice lands."""
         actor = gpu_actor_for_this_node(self.engine.config.hardware)
-        while True:
+        while not self._stop_forwarding.is_set():
+            started_s = time.monotonic()
             clock = self.engine.stats().clock_mhz
             try:
                 if clock:
-                    await actor.set_clock.remote(self.gpu_ids, clock)
+                    await actor.set_clock.remote(self.identity.replica_id, self.gpu_ids, clock)
                 read = [c for c in await actor.clocks_mhz.remote(self.gpu_ids) if c is not None]
                 self.applied_clock_mhz = float(min(read)) if read else None
             except ray.exceptions.RayError as exc:  # the actor restarts (max_restarts=-1): try again
                 logger.warning("wattwise: GPU-control actor unavailable (%s); retrying the clock", exc)
                 self.applied_clock_mhz = None
-            await asyncio.sleep(period_s)
+            self.engine.clock_applied(self.applied_clock_mhz)
+            try:  # every period from the last send's start, however long NVML took
+                await asyncio.wait_for(self._stop_forwarding.wait(), max(period_s - (time.monotonic() - started_s), 0))
+            except TimeoutError:
+                pass
+
+    async def _release_gpus(self, timeout_s: float = 10.0) -> None:
+        """Stop forwarding and put this replica's GPUs back at the driver's default clocks (a
+        graceful stop: redeploy, downscale, `serve shutdown`). The last forward is awaited
+        first: the actor serves calls at once, so a lock still on its way could otherwise land
+        after the release. If the actor cannot be reached in time, the lease it holds lapses
+        and the actor resets them anyway."""
+        self._stop_forwarding.set()
+        if self._clock_task is not None:
+            await asyncio.wait({self._clock_task}, timeout=timeout_s)
+        if not self.gpu_ids:
+            return
+        try:
+            actor = gpu_actor_for_this_node(self.engine.config.hardware)
+            await asyncio.wait_for(actor.release.remote(self.identity.replica_id), timeout_s)
+        except (ray.exceptions.RayError, TimeoutError) as exc:
+            logger.warning("wattwise: GPUs %s not released (%s); their lease lapses instead", self.gpu_ids, exc)
 
     async def _local_autoscale(self, period_s: float = 1.0) -> None:
         """Chiron's Algorithm 1 on this replica's own counters, every `period_s`."""
@@ -254,7 +282,9 @@ class LLMReplica:
                 **occupancy_stats(stats.occupancy())}
 
     async def shutdown(self) -> None:
-        """Stop the engine (Serve calls this as the replica stops: deployments.builder)."""
+        """Release the GPUs' clocks, then stop the engine (Serve calls this as the replica
+        stops: deployments.builder)."""
+        await self._release_gpus()
         await self.engine.shutdown()
 
 

@@ -82,11 +82,11 @@ class ClockGovernor:
         self._failed_at_s[index] = now_s
         self.restore(index, now_s)
 
-    def restore(self, index: int, now_s: float) -> None:
-        """Back to the driver's default clocks; logged, never raises."""
+    def restore(self, index: int, now_s: float, why: str = "") -> None:
+        """Back to the driver's default clocks; logged (with `why`, where given), never raises."""
         try:
             self.gpus.reset_clock(index)
-            note = "reset to default"
+            note = f"reset to default ({why})" if why else "reset to default"
         except GpuControlError as exc:
             note = f"reset failed: {exc}"
             logger.error("GPU %d: %s", index, note)

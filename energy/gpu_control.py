@@ -10,8 +10,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from types import ModuleType
-from typing import Protocol
+from typing import Any, Protocol
 
 from energy.hardware import GpuSpec
 
@@ -49,7 +48,9 @@ class NvmlGpu:
 
     backend = "nvml"
 
-    def __init__(self, nvml: ModuleType | None = None) -> None:
+    def __init__(self, nvml: Any = None) -> None:
+        """`nvml`: nvidia-ml-py's `pynvml` module (None: imported here) or an object with its
+        API (a fake one on machines without a GPU)."""
         if nvml is None:
             import pynvml
 
@@ -103,14 +104,17 @@ class NvmlGpu:
 
 
 class ModelledGpu:
-    """Stand-in GPUs with a GpuSpec's clocks and limits; energy integrates idle power."""
+    """Stand-in GPUs with a GpuSpec's clocks and limits; energy integrates idle power. A lock
+    or reset may take `lock_latency_s`, as NVML's do (50-200 ms: bench/clock_rate.py)."""
 
     backend = "modelled"
 
-    def __init__(self, spec: GpuSpec, count: int = 1, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, spec: GpuSpec, count: int = 1, clock: Callable[[], float] = time.monotonic,
+                 lock_latency_s: float = 0.0) -> None:
         self.spec = spec
         self.count = count
         self._clock = clock
+        self.lock_latency_s = lock_latency_s
         self._locked: dict[int, int] = {}
         self._limit: dict[int, float] = {}
         self._start_s = clock()
@@ -130,10 +134,12 @@ class ModelledGpu:
         self._check(index)
         if clock_mhz not in self.spec.supported_clocks_mhz():
             raise GpuControlError(f"{clock_mhz} MHz is not a supported clock")
+        time.sleep(self.lock_latency_s)
         self._locked[index] = clock_mhz
 
     def reset_clock(self, index: int) -> None:
         self._check(index)
+        time.sleep(self.lock_latency_s)
         self._locked.pop(index, None)
 
     def clock_mhz(self, index: int) -> int:
@@ -157,7 +163,7 @@ class ModelledGpu:
         return (self._clock() - self._start_s) * self.spec.idle_w
 
 
-def open_gpus(spec: GpuSpec, nvml: ModuleType | None = None) -> GpuControl:
+def open_gpus(spec: GpuSpec, nvml: Any = None) -> GpuControl:
     """NVML if it initialises, else the modelled GPU (logged, and visible as `backend`)."""
     try:
         return NvmlGpu(nvml)

@@ -58,6 +58,12 @@ class AdmissionGate:
         return len(self._urgent) + len(self._waiters)
 
     @property
+    def waiting_candidates(self) -> list[Any]:
+        """What the rule is asked about for each waiter still waiting, in admission order."""
+        return [candidate for queue in (self._urgent, self._waiters) for admitted, candidate, _ in queue
+                if candidate is not None and not admitted.done()]
+
+    @property
     def urgent_waiting(self) -> int:
         return len(self._urgent)
 

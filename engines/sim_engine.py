@@ -109,6 +109,9 @@ class SimEngine:
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
         self.batcher.set_clock_band(low_mhz, high_mhz, now_s=self._clock())
 
+    def clock_applied(self, clock_mhz: float | None) -> None:
+        """Its GPUs are modelled: the batcher lands their clocks itself."""
+
     def set_tensor_parallel(self, tp: int) -> None:
         """A TP change as the simulator makes it: the engine at the new TP starts beside
         this one (`overheads.reshard_s`, its GPUs idle meanwhile and charged) while this
@@ -128,7 +131,7 @@ class SimEngine:
         tp, _ = self._pending_tp
         self._pending_tp = None
         perf = self.batcher.perf
-        self.batcher.energy_j += perf.idle_power_w(tp) * self.config.overheads.reshard_s
+        self.batcher.charge_idle(perf.idle_power_w(tp) * self.config.overheads.reshard_s)
         self.batcher.set_tensor_parallel(tp)
 
     def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:

@@ -128,11 +128,11 @@ class VllmEngineConfig(BaseModel):
         "(BlockFileKVConnector, files in a temporary directory the engine owns) and loaded on "
         "resume; False recomputes it."))
     throttllem: ThrottllemConfig | None = Field(default=None, description=(
-        "throttLL'eM's admission control at the replica's admission gate: the rule the simulated "
-        "replicas run, its performance model M built for `throttllem.model` on this `hardware`. "
-        "vLLM has no per-step clock hook (the replica runs at the plan's clock band floor), and M's "
-        "online correction is off (the gate sees steps only while a request waits). None: the "
-        "batch limit alone."))
+        "throttLL'eM's admission control at the replica's admission gate and, on GPUs, its clock: "
+        "the rules the simulated replicas run, deciding after each vLLM step on the replica's "
+        "running batch, their performance model M built for `throttllem.model` on this `hardware` "
+        "and corrected from the engine's own steps (`throttllem.learn_from_engine`). None: the "
+        "batch limit alone, and the plan's clock band floor."))
 
     @field_validator("model", "tokenizer")
     @classmethod

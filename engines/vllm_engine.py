@@ -2,10 +2,11 @@
 
 vLLM schedules, batches and pages KV; this class adds what our policies need around
 it: an admission gate whose limit changes at run time (Chiron) and which runs the
-simulated replicas' admission chain (throttLL'eM), stats read from
-vLLM's own stat loggers, per-request energy from NVML, and abort on client
-disconnect. `vllm` is imported only here and only when an engine is built, so the
-rest of the project runs without it.
+simulated replicas' admission chain (throttLL'eM), the same replicas' clock rule after
+every step on GPUs (throttLL'eM's clock inside the plan's band, engines.vllm_clock),
+stats read from vLLM's own stat loggers, per-request energy from the GPUs' energy counter
+step by step (engines.step_energy), and abort on client disconnect. `vllm` is imported
+only here and only when an engine is built, so the rest of the project runs without it.
 """
 
 from __future__ import annotations
@@ -22,23 +23,27 @@ from typing import Any
 
 import psutil
 
-from autoscaling.throttllem.replica_policies import replica_policies
-from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, RequestOverflowed, Sequence
-from batching.hook_chains import chain_admission
+from autoscaling.throttllem.online_ips import OnlineIpsTable
+from autoscaling.throttllem.replica_policies import learnt_ips_table, replica_policies
+from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPolicy, RequestOverflowed, Sequence
+from batching.hook_chains import chain_admission, chain_clock
 from core.arrival_rates import ArrivalRates
 from core.request import Request
 from core.stats import ReplicaStats
 from energy.calibration import default_perf_model
+from energy.hardware import GPUS
+from energy.perf_model import PerfModel
 from engines.admission_gate import AdmissionGate
 from engines.child_reaper import new_children, watch_children
 from engines.kv_block_files import BlockFiles, block_keys
 from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChangeUnsupported
-from engines.token_energy import TokenEnergyMeter
+from engines.step_energy import StepEnergy
+from engines.vllm_clock import VllmClock
 from engines.vllm_config import KvTransferConfig, VllmEngineConfig
 from engines.vllm_placement import held_gpu_ids
 from engines.vllm_resume import Continuation
 from engines.vllm_running_batch import VllmRunningBatch
-from engines.vllm_stats import VllmStatsTracker
+from engines.vllm_stats import VllmStatsTracker, VllmStep
 from engines.vllm_step_speed import VllmStepSpeed
 
 logger = logging.getLogger(__name__)
@@ -137,19 +142,26 @@ class VllmEngine:
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
         self.gate = AdmissionGate(config.batch_limit, by_deadline=config.prefill_by_ttft_deadline)
-        self.running_batch = VllmRunningBatch(config.tensor_parallel, vllm_config.cache_config.block_size,
-                                              self.tracker.snapshot, self.gate)
-        self.admission = self._admission_chain()
+        throttllem = config.throttllem
+        # throttLL'eM's perf model, which is also the planner's for these GPUs.
+        perf = None if throttllem is None else default_perf_model(throttllem.model, config.hardware, throttllem.profile)
+        self.clock = VllmClock(GPUS[config.hardware])
+        self.running_batch = VllmRunningBatch(
+            config.tensor_parallel, vllm_config.cache_config.block_size, self.tracker.snapshot, self.gate, self.clock,
+            vllm_config.scheduler_config.max_num_batched_tokens, perf, config.prefill_by_ttft_deadline)
+        self.learnt_ips = self._learnt_ips()
+        self.admission, self.clock_rule = self._policies(perf)
+        self._last_step: VllmStep | None = None
+        self._step_errors = 0
         if self.admission is not None:
             self.gate.admits = self._admits
             if config.interactive_first:
                 self.gate.on_urgent_refused = lambda: self._preempt_for_waiter(queued=True)
-            self.tracker.step_observers.append(lambda _step: self.gate.retry())
-        self.step_speed = self._step_speed()
-        if self.step_speed is not None:
-            self.tracker.step_observers.append(self.step_speed.observe)
-        self.energy = TokenEnergyMeter.open(self.gpu_ids, lambda: self.tracker.snapshot.processed_tokens)
-        self._energy_start_j = self.energy.total_j()
+        self.step_speed = None if perf is None or config.device != "gpu" else VllmStepSpeed(
+            perf, config.tensor_parallel, self.running_batch.block_size, lambda: self.running_batch.clock_mhz)
+        self.tracker.step_observers.append(self._on_step)
+        modelled_idle_w = perf.idle_power_w(config.tensor_parallel) if perf and self.step_speed else None
+        self.energy = StepEnergy.open(self.gpu_ids, modelled_idle_w)
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
         self._arrivals = ArrivalRates()
         self._completed = 0
@@ -158,32 +170,66 @@ class VllmEngine:
         self._vllm_ids: dict[str, str] = {}  # request id -> id of its current vLLM request
         self._aborts: set[asyncio.Task] = set()
 
-    def _admission_chain(self) -> AdmissionPolicy | None:
-        """The admission rules the simulated replicas of this config run (batching.hook_chains)."""
+    def _learnt_ips(self) -> OnlineIpsTable | None:
+        """throttLL'eM's M for this engine's shape, corrected from its own steps (`_on_step`)."""
         throttllem = self.config.throttllem
-        if throttllem is None:
+        if throttllem is None or not throttllem.learn_from_engine:
             return None
+        batch = self.running_batch
+        return learnt_ips_table(throttllem, batch.tensor_parallel, self.config.max_num_seqs, batch.kv_blocks_total)
+
+    def _policies(self, perf: PerfModel | None) -> tuple[AdmissionPolicy | None, ClockPolicy | None]:
+        """The admission and clock rules the simulated replicas of this config run
+        (batching.hook_chains), deciding on this replica's running batch with M as its engine
+        corrects it; the clock rule only where the replica has GPUs to clock. The projector's
+        own correction is off: it times the gaps between its reads, which admission makes at
+        any time here, not once a step."""
+        throttllem = self.config.throttllem
+        if throttllem is None or perf is None:
+            return None, None
         throttllem = throttllem.model_copy(update={"correction_alpha": 0.0})
-        perf = default_perf_model(throttllem.model, self.config.hardware, throttllem.profile)
         batch = self.running_batch
         shape = BatcherConfig(tensor_parallel=batch.tensor_parallel, batch_limit=batch.batch_limit,
                               block_size=batch.block_size, kv_capacity_tokens=batch.kv_blocks_total * batch.block_size)
-        admission, _clock = replica_policies(perf, shape, throttllem)  # no per-step clock hook in vLLM
-        return chain_admission([admission])
-
-    def _step_speed(self) -> VllmStepSpeed | None:
-        """Steps timed against the perf model the planner believes (throttLL'eM's, which is
-        the planner's for these GPUs): on GPUs only, where that model describes the device."""
-        throttllem = self.config.throttllem
-        if throttllem is None or self.config.device != "gpu":
-            return None
-        perf = default_perf_model(throttllem.model, self.config.hardware, throttllem.profile)
-        batch = self.running_batch
-        return VllmStepSpeed(perf, batch.tensor_parallel, batch.block_size, lambda: batch.clock_mhz)
+        admission, clock = replica_policies(perf, shape, throttllem, self.learnt_ips)
+        return chain_admission([admission]), chain_clock([clock]) if self.config.device == "gpu" else None
 
     def _admits(self, candidate: Sequence) -> bool:
         assert self.admission is not None
         return self.admission.admit(candidate, self.running_batch, time.time())
+
+    def _on_step(self, step: VllmStep) -> None:
+        """`_observe_step`, never raising into vLLM's output handler: an error there fails every
+        request in flight and stops the engine's outputs. A failing rule is logged and skipped."""
+        try:
+            self._observe_step(step)
+        except Exception:
+            self._step_errors += 1
+            if self._step_errors % 1000 == 1:  # a step runs every few ms: the first, then every 1000th
+                logger.exception("wattwise: a rule run after a vLLM step failed (%d so far)", self._step_errors)
+
+    def _observe_step(self, step: VllmStep) -> None:
+        """After each engine step vLLM reports (in its output handler, so nothing here may
+        wait): the batch's progress, the step's speed and energy against the planner's model
+        and the GPUs' counter, a decode step's time for M, then the clock for the next steps
+        and the admission rule asked again, in the order the batcher runs them before a step.
+        The clock only changes a target: the replica forwards it to the GPUs
+        (deployments.replica), never this step."""
+        decode_only = self.running_batch.all_decoding
+        work = self.running_batch.on_step()
+        modelled = self.step_speed.observe(step) if self.step_speed is not None else None
+        self.energy.on_step(work, None if modelled is None else modelled.energy_j)
+        last, self._last_step = self._last_step, step
+        if self.learnt_ips is not None and work and decode_only and step.prompt_tokens == 0 and last is not None \
+                and (last.running or last.waiting) and step.t_s > last.t_s:  # a decode step right after another
+            self.learnt_ips.observe(len(work), round(step.kv_blocks_used), self.running_batch.clock_mhz,
+                                    step.t_s - last.t_s)
+        if self.clock_rule is not None:
+            clock = self.clock_rule.choose_clock_mhz(self.running_batch, step.t_s)
+            if clock is not None:
+                self.clock.request(self.clock.clamp_to_band(clock))
+        if self.admission is not None:
+            self.gate.retry()
 
     # ---- protocol: tokens, stats, knobs ------------------------------------------
     def count_tokens(self, text: str) -> int:
@@ -200,6 +246,7 @@ class VllmEngine:
         # be stale while the engine idles, so counts are bounded by what we hold inside.
         running = min(snap.running, inside)
         now = time.time()
+        measured, modelled = self.energy.measured, self.energy.modelled
         return ReplicaStats(
             queued_requests=self.gate.waiting + inside - running,
             running_requests=running,
@@ -214,9 +261,13 @@ class VllmEngine:
             deadline_prefill_step_s=snap.itl_ewma_s if self.config.prefill_by_ttft_deadline else 0.0,
             ttft_ewma_s=snap.ttft_ewma_s,
             tokens_per_s=snap.tokens_per_s,
-            clock_mhz=self.running_batch.clock_mhz,
+            clock_mhz=self.clock.requested_mhz,
             power_w=self.energy.power_w(),
-            energy_j=self.energy.total_j() - self._energy_start_j,
+            # Since start, measured (NVML) and modelled side by side, each with its idle part.
+            energy_measured=measured is not None, nvml_energy_j=measured.total_j if measured else 0.0,
+            nvml_idle_energy_j=measured.idle_j if measured else 0.0,
+            energy_modelled=modelled is not None, energy_j=modelled.total_j if modelled else 0.0,
+            idle_energy_j=modelled.idle_j if modelled else 0.0,
             tensor_parallel=self.config.tensor_parallel,
             preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
@@ -225,6 +276,7 @@ class VllmEngine:
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
             step_time_ratio=self.step_speed.ratio if self.step_speed is not None else 1.0,
+            per_step_clock=self.clock_rule is not None,
         )
 
     def min_tbt_slo_s(self) -> float | None:
@@ -240,11 +292,18 @@ class VllmEngine:
         if self.config.device != "gpu":
             logger.info("vLLM on CPU: GPU clock %.0f MHz not applicable, ignored", clock_mhz)
             return
-        self.running_batch.clock_mhz = clock_mhz
+        self.clock.request(clock_mhz)
 
     def set_clock_band(self, low_mhz: float, high_mhz: float) -> None:
-        """vLLM has no per-step clock hook here: it runs at the band's floor."""
-        self.set_clock(low_mhz)
+        """The clock rule (throttLL'eM's) picks each step's clock inside the band; without
+        one the replica runs at its floor."""
+        if self.config.device != "gpu":
+            logger.info("vLLM on CPU: GPU clock band %.0f-%.0f MHz not applicable, ignored", low_mhz, high_mhz)
+            return
+        self.clock.set_band(low_mhz, high_mhz, has_rule=self.clock_rule is not None)
+
+    def clock_applied(self, clock_mhz: float | None) -> None:
+        self.clock.applied_mhz = clock_mhz
 
     def set_tensor_parallel(self, tp: int) -> None:
         raise TensorParallelChangeUnsupported(
@@ -272,7 +331,6 @@ class VllmEngine:
             raise RequestOverflowed(rid, pending, request.refuse_above_pending_tokens)
         self._arrivals.add(time.time(), request.length_class, request.service_class == "batch")
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
-        mark = self.energy.mark()
         try:
             while True:
                 if urgent and self.gate.would_wait:
@@ -280,10 +338,10 @@ class VllmEngine:
                 candidate = self.running_batch.candidate(request, time.time(), run.generated)
                 async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate,
                                           due_s=request.ttft_due_s):
-                    self.running_batch.enter(candidate)
-                    async for chunk in self._segment(run, mark):
+                    self._enter(candidate)
+                    async for chunk in self._segment(run):
                         yield chunk
-                    self.running_batch.leave(rid)
+                    self._leave(rid)
                     if rid not in self._preempting:
                         return
                     self._preempting.discard(rid)
@@ -291,8 +349,20 @@ class VllmEngine:
                     self._preemptions += 1
         finally:
             self._pending.pop(rid, None)
-            self.running_batch.leave(rid)
+            self._leave(rid)
+            self.energy.take_j(rid)  # an aborted request's share: it was booked, nobody is told
             self._preempting.discard(rid)
+
+    def _enter(self, seq: Sequence) -> None:
+        """`seq` joins the running batch; into an empty one, the GPUs were idle until now."""
+        if not self.running_batch.running:
+            self.energy.idle()
+        self.running_batch.enter(seq)
+
+    def _leave(self, request_id: str) -> None:
+        """The request leaves the running batch; once it is empty the GPUs idle from now."""
+        if self.running_batch.leave(request_id) and not self.running_batch.running:
+            self.energy.idle()
 
     def _preempt_for_waiter(self, queued: bool = False) -> None:
         """Preempt the newest admitted batch request, unless the slots already being
@@ -319,7 +389,7 @@ class VllmEngine:
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
-    async def _segment(self, run: Continuation, mark: Any) -> AsyncIterator[GenerationChunk]:
+    async def _segment(self, run: Continuation) -> AsyncIterator[GenerationChunk]:
         """One vLLM request of `run`; ends early (aborted) when the run is preempted."""
         rid, request = run.request.request_id, run.request
         if rid in self._preempting:  # preempted before it started: nothing to stop
@@ -338,12 +408,13 @@ class VllmEngine:
                 self.running_batch.advance(rid, run.generated, run.first_s)
                 finished = out.finished
                 if out.finished and completion.finish_reason != "abort":
+                    self._leave(rid)  # out of the batch before its energy is told: no later step is its
                     self._completed += 1
                     prompt_tokens = len(run.prompt_ids or ()) or request.prompt_tokens
                     arrival = request.arrival_s
                     usage = RequestUsage(
                         prompt_tokens=prompt_tokens, completion_tokens=run.generated,
-                        energy_j=self.energy.attribute_j(mark, prompt_tokens + run.generated),
+                        energy_j=self.energy.take_j(rid),
                         ttft_s=(run.first_s or now) - arrival, e2e_s=(run.last_s or now) - arrival,
                         max_tbt_s=run.max_tbt_s, preemptions=run.preemptions,
                     )

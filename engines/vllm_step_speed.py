@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from batching.step_speed import StepSpeed
-from energy.perf_model import PerfModel
+from energy.perf_model import IterationCost, PerfModel
 from engines.vllm_stats import VllmStep
 
 
@@ -29,15 +29,22 @@ class VllmStepSpeed:
         self.block_size = block_size
         self.clock_mhz = clock_mhz  # the clock the GPUs were set to (0: not set yet, the top one)
         self._top_mhz = planned_perf.gpu.max_clock_mhz
+        self._tps = frozenset(planned_perf.tensor_parallel_degrees)  # the model's: no other TP is compared
         self._last: VllmStep | None = None
 
-    def observe(self, step: VllmStep) -> None:
+    def observe(self, step: VllmStep) -> IterationCost | None:
+        """Time the step against the model where it followed a busy one; the model's cost of
+        its work either way (its energy, beside the GPUs': engines.step_energy). None: the
+        model has no fit for this TP (the planner plans no such shape either)."""
         last, self._last = self._last, step
-        if last is None or (last.running == 0 and last.waiting == 0) or step.t_s <= last.t_s:
-            return
-        self.speed.record(step.t_s - last.t_s, step.prompt_tokens, float(step.prompt_tokens) ** 2,
-                          step.generated_tokens, round(step.kv_blocks_used * self.block_size),
-                          self.tensor_parallel, self.clock_mhz() or self._top_mhz)
+        if self.tensor_parallel not in self._tps:
+            return None
+        modelled = self.speed.reference.iteration(
+            step.prompt_tokens, float(step.prompt_tokens) ** 2, step.generated_tokens,
+            round(step.kv_blocks_used * self.block_size), self.tensor_parallel, self.clock_mhz() or self._top_mhz)
+        if last is not None and (last.running or last.waiting) and step.t_s > last.t_s:
+            self.speed.record_times(step.t_s - last.t_s, modelled.time_s)
+        return modelled
 
     @property
     def ratio(self) -> float:

@@ -25,6 +25,7 @@ commands:
   plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
   config-docs  print the configuration reference (docs/configuration.md) from the schema [--out PATH]
+  gpu-check  check a GPU machine: NVML reads, clock lock and reset, a step sweep over clocks vs the profile
   bench      run a benchmark: wattwise | ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
 """
 
@@ -285,6 +286,7 @@ BENCHES = {
     "cluster-cost": "bench.cluster_cost:main",
     "model-check": "bench.model_check:main",
     "robustness": "bench.robustness:main",
+    "clock-rate": "bench.clock_rate:main",
 }
 
 
@@ -321,6 +323,8 @@ def main(argv: list[str] | None = None) -> int:
         run = _bench
     elif command == "config-docs":
         from wattwise.config_docs import main as run
+    elif command == "gpu-check":
+        from wattwise.gpu_check import main as run
     else:
         print(f"unknown command {command!r}\n{USAGE}", file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import openai
 
-from core.efficiency import joules_per_generated_token
+from core.efficiency import joules_per_generated_token, replica_energy_series
 from energy.profiles import profile_label
 from sim.config import SimConfig
 from sim.metrics import summarise as summarise_run
@@ -90,7 +90,7 @@ def _look(served: LocalServe, t_s: float) -> FleetSample:
     held = {pool: sum(info["replicas"].get(state, 0) for state in ("STARTING", "RUNNING", "UPDATING"))
             for pool, info in status.items()}
     gpus = sum(n * int(status[pool].get("tensor_parallel") or 1) for pool, n in held.items())
-    return FleetSample(t_s, replicas, gpus, served.scrape(ENERGY_METRIC))
+    return FleetSample(t_s, replicas, gpus, replica_energy_series(served.scrape(ENERGY_METRIC)))
 
 
 async def _sample_fleet(served: LocalServe, start: float, samples: list[FleetSample], stop: asyncio.Event) -> None:

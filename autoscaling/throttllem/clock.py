@@ -39,7 +39,7 @@ from autoscaling.throttllem.prompt_deadlines import (
     prompt_deadline_clock_mhz,
 )
 from autoscaling.throttllem.slo_checks import lowest_passing_clock
-from batching.continuous_batcher import ContinuousBatcher
+from batching.continuous_batcher import ClockedBatch
 
 
 class ThrottllemClock:
@@ -74,7 +74,7 @@ class ThrottllemClock:
         """The search's floor (`energy_floor`), for the planner to price; 0: the band's floor."""
         return self.efficient_clock_mhz(batcher) if self.config.energy_floor else 0.0
 
-    def _observe_prompts(self, batcher: ContinuousBatcher, now_s: float) -> None:
+    def _observe_prompts(self, batcher: ClockedBatch, now_s: float) -> None:
         """Record the prompts that arrived since the last step, in arrival order (the queue
         holds them in deadline order), and forget those older than the window."""
         fresh = sorted((seq.request.arrival_s, seq.request.prompt_tokens, seq.request.slo.ttft_s)
@@ -89,7 +89,7 @@ class ThrottllemClock:
             del self._prompts[ttft_s]
             self._bursts.pop(ttft_s, None)
 
-    def ready_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+    def ready_clock_mhz(self, batcher: ClockedBatch) -> float:
         """The clock below which the largest recent burst of prompts of each TTFT target (the
         most prompt tokens arriving within one raise's lag) could not be saved by a raise
         (prompt_deadlines.burst_ready_clock_mhz), each searched from its last answer."""
@@ -108,7 +108,7 @@ class ThrottllemClock:
             ready = max(ready, self._ready_mhz[ttft_s])
         return ready
 
-    def _burst_work(self, batcher: ContinuousBatcher, ttft_s: float, burst: Burst, decode_s: float) -> PrefillWork:
+    def _burst_work(self, batcher: ClockedBatch, ttft_s: float, burst: Burst, decode_s: float) -> PrefillWork:
         """The burst's prefills beside this step's decodes, worked out again only when the
         burst or the step's token budget changed (it usually stays for many refreshes)."""
         key = (burst.first, len(burst.tokens), batcher.tensor_parallel, batcher.step_tokens)
@@ -134,7 +134,7 @@ class ThrottllemClock:
         self._target_index = index
         return float(clocks[index])
 
-    def _kv_pressed(self, batcher: ContinuousBatcher) -> bool:
+    def _kv_pressed(self, batcher: ClockedBatch) -> bool:
         """Interactive requests hold over `kv_pressure_share` of the KV cache (batch requests'
         blocks do not count: an interactive prompt preempts them, Chiron's mixed replicas)."""
         limit = self.config.kv_pressure_share * batcher.kv_blocks_total
@@ -142,7 +142,7 @@ class ThrottllemClock:
             return False
         return sum(s.kv_blocks for s in batcher.running if s.request.service_class != "batch") > limit
 
-    def choose_clock_mhz(self, batcher: ContinuousBatcher, now_s: float) -> float | None:
+    def choose_clock_mhz(self, batcher: ClockedBatch, now_s: float) -> float | None:
         p = self.projector
         p.sync(batcher, now_s)
         self._observe_prompts(batcher, now_s)

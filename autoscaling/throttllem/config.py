@@ -50,9 +50,19 @@ class ThrottllemConfig(BaseModel):
         "(TTFT plus TBT per token) lets a fast first token's slack hide. False: E2E deadlines only, "
         "as the paper schedules."))
     correction_alpha: float = Field(default=0.05, ge=0, le=1, description=(
-        "Online correction of M: projections are stretched by an EWMA (this weight per step) of each "
-        "observed step's time over M's prediction for it, which takes in the prefills M does not "
-        "model. 0 turns it off."))
+        "Online correction of M on the simulated replicas: projections are stretched by an EWMA (this "
+        "weight per step) of each observed step's time over M's prediction for it, which takes in the "
+        "prefills M does not model. 0 turns it off. A vLLM replica learns M itself instead "
+        "(learn_from_engine)."))
+    learn_from_engine: bool = Field(default=True, description=(
+        "On a vLLM replica, M is corrected online from the engine's own decode steps, starting from "
+        "the profile's (autoscaling.throttllem.online_ips): the engine is not the profiled one. False: "
+        "the profile's M throughout. The simulated replicas run the profiled engine: M is theirs."))
+    learn_prior_steps: float = Field(default=20.0, gt=0, description=(
+        "How many steps of its own a cell of M's grid needs to weigh as much as the engine's speed "
+        "over all its steps (each cell's correction is shrunk toward that)."))
+    learn_refresh_steps: int = Field(default=50, gt=0, description=(
+        "Steps between two rebuilds of the corrected M the replica's admission and clock read."))
     energy_floor: bool = Field(default=False, description=(
         "Search no lower than the clock at which a decode step costs the least energy above the "
         "GPUs' floor (the perf model's; throttLL'eM §III-A's efficiency sweet spot): below it the "

@@ -8,6 +8,7 @@ exact clock. Clock search then costs a gather and a cumulative sum per probe.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -51,11 +52,7 @@ class IpsTable:
         c, b, k = np.meshgrid(self.clocks_mhz, self.batch_grid, self.kv_grid, indexing="ij")
         features = np.column_stack([np.full(c.size, tp), b.ravel(), k.ravel(), c.ravel()])
         # Seconds per iteration, clocks x batch levels x KV levels.
-        self.iter_s = (1.0 / model.predict(features)).reshape(c.shape)
-        self._flat_iter_s = self.iter_s.reshape(len(self.clocks_mhz), -1)
-        # The first clock of each run of clocks at which M is the same everywhere on the grid
-        # (its trees split on few clock thresholds): a clock search need only try these.
-        self.clock_levels = np.flatnonzero(np.r_[True, np.any(self._flat_iter_s[1:] != self._flat_iter_s[:-1], axis=1)])
+        self._set_iteration_times((1.0 / model.predict(features)).reshape(c.shape))
         self._clock_index = {float(c): i for i, c in enumerate(self.clocks_mhz)}
         # Batch and KV blocks are counts and the grids end on integers, so each count's
         # corner and weight are tabulated once: a lookup is a gather (per step, the
@@ -64,6 +61,32 @@ class IpsTable:
         b0, self._wb = _corner(self.batch_grid, np.arange(int(self.batch_grid[-1]) + 1, dtype=np.float64))
         self._row = b0 * len(self.kv_grid)
         self._k0, self._wk = _corner(self.kv_grid, np.arange(int(self.kv_grid[-1]) + 1, dtype=np.float64))
+
+    def _set_iteration_times(self, iter_s: np.ndarray) -> None:
+        self.iter_s = iter_s
+        self._flat_iter_s = iter_s.reshape(len(self.clocks_mhz), -1)
+        # The first clock of each run of clocks at which M is the same everywhere on the grid
+        # (its trees split on few clock thresholds): a clock search need only try these.
+        self.clock_levels = np.flatnonzero(np.r_[True, np.any(self._flat_iter_s[1:] != self._flat_iter_s[:-1], axis=1)])
+
+    def with_iteration_times(self, iter_s: np.ndarray) -> IpsTable:
+        """This grid with other seconds per iteration (clocks x batch levels x KV levels): M
+        corrected from an engine's steps (autoscaling.throttllem.online_ips). A new table, so
+        what was read off this one (Lookup's iteration times) is never taken for it."""
+        if iter_s.shape != self.iter_s.shape:
+            raise ValueError(f"iteration times of shape {iter_s.shape} for a grid of {self.iter_s.shape}")
+        table = copy.copy(self)
+        table._set_iteration_times(iter_s)
+        return table
+
+    def corners(self, batch: int, kv_blocks: int) -> list[tuple[int, int, float]]:
+        """The grid cells (batch level, KV level) that `one_iteration_s` interpolates a
+        (batch, KV blocks) count between, with their weights (summing to 1)."""
+        b, k = min(batch, len(self._row) - 1), min(kv_blocks, len(self._k0) - 1)
+        b0, k0 = int(self._row[b]) // len(self.kv_grid), int(self._k0[k])
+        wb, wk = float(self._wb[b]), float(self._wk[k])
+        return [(b0, k0, (1 - wb) * (1 - wk)), (b0, k0 + 1, (1 - wb) * wk),
+                (b0 + 1, k0, wb * (1 - wk)), (b0 + 1, k0 + 1, wb * wk)]
 
     def lookup(self, batch: np.ndarray, kv_blocks: np.ndarray) -> Lookup:
         """Corners of integer (batch, KV blocks) counts."""

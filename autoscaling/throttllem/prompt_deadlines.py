@@ -25,10 +25,10 @@ from typing import Any
 import numpy as np
 
 from autoscaling.throttllem.clock_search import lowest_passing_index
-from batching.continuous_batcher import ContinuousBatcher
+from batching.continuous_batcher import ClockedBatch
 
 
-def decode_share_s(batcher: ContinuousBatcher) -> float:
+def decode_share_s(batcher: ClockedBatch) -> float:
     """What the running decodes add to each step of a prefill, at the top clock."""
     context, decoding = 0, 0
     for s in batcher.running:
@@ -43,7 +43,7 @@ class PrefillWork:
     """Prompts prefilled in this order on a replica beside its running decodes: when each
     one's prefill ends, from now, at a clock."""
 
-    def __init__(self, batcher: ContinuousBatcher, left: np.ndarray, target: np.ndarray,
+    def __init__(self, batcher: ClockedBatch, left: np.ndarray, target: np.ndarray,
                  decode_s: float | None = None) -> None:
         """`decode_s`: decode_share_s(batcher), where the caller already has it."""
         perf = batcher.perf
@@ -60,7 +60,7 @@ class PrefillWork:
         self.overhead_s = perf.prefill_overhead_s(tp)
 
     @classmethod
-    def of_burst(cls, batcher: ContinuousBatcher, tokens: Sequence[int] | np.ndarray,
+    def of_burst(cls, batcher: ClockedBatch, tokens: Sequence[int] | np.ndarray,
                  decode_s: float | None = None) -> PrefillWork:
         """Prompts of `tokens` arriving together, each prefilled whole."""
         whole = np.asarray(tokens, dtype=float)
@@ -109,7 +109,7 @@ def _lowest_fitting(clocks_mhz: np.ndarray, fits: Callable[[float], bool], hint_
     return float(clocks_mhz[lowest_passing_index(0, len(clocks_mhz) - 1, lambda i: fits(float(clocks_mhz[i])), hint)])
 
 
-def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, now_s: float,
+def prompt_deadline_clock_mhz(batcher: ClockedBatch, clocks_mhz: np.ndarray, now_s: float,
                               headroom: float = 1.0, hint_mhz: float | None = None) -> float | None:
     """The lowest of `clocks_mhz` (ascending) at which every interactive prompt still to
     prefill ends its prefill within `headroom` of its TTFT; None when no interactive
@@ -133,7 +133,7 @@ def prompt_deadline_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray
     return _lowest_fitting(clocks_mhz, lambda clock: bool(np.all(finish_s(clock)[waits] <= due_s)), hint_mhz)
 
 
-def burst_ready_clock_mhz(batcher: ContinuousBatcher, clocks_mhz: np.ndarray, burst: PrefillWork, ttft_s: float,
+def burst_ready_clock_mhz(batcher: ClockedBatch, clocks_mhz: np.ndarray, burst: PrefillWork, ttft_s: float,
                           headroom: float = 1.0, hint_mhz: float | None = None) -> float:
     """The lowest clock the GPUs may run at so that a burst (`burst`: the prefills of prompts
     of TTFT target `ttft_s` arriving together just after a clock forward went out, beside the

@@ -1,9 +1,10 @@
 """Build one replica's admission and clock policies around a shared projector.
 
-The same factory serves the simulator (one call per simulated replica) and the
-real-time sim engine in Ray Serve. M is trained once per machine and tabulated once
-per (TP, batch limit, KV capacity), and the tables are kept on disk: a replica whose
-tables are there reads them without fitting or importing M (scikit-learn, ~2 s of CPU).
+The same factory serves the simulator (one call per simulated replica), the real-time
+sim engine in Ray Serve and vLLM replicas (with M corrected from their engine's steps:
+autoscaling.throttllem.online_ips). M is trained once per machine and tabulated once per
+(TP, batch limit, KV capacity), and the tables are kept on disk: a replica whose tables are
+there reads them without fitting or importing M (scikit-learn, ~2 s of CPU).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from autoscaling.throttllem.clock import ThrottllemClock
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.ips_model_key import ips_model_key
 from autoscaling.throttllem.ips_table import IpsTable
+from autoscaling.throttllem.online_ips import OnlineIpsTable
 from autoscaling.throttllem.projector import ReplicaProjector
 from batching.continuous_batcher import BatcherConfig
 from core.disk_cache import cached_pickle, fingerprint
@@ -39,14 +41,26 @@ def ips_table(model: str, hardware: str, profile: str | None, tp: int, batch_max
     return cached_pickle(f"ips-table-{key}.pkl", tabulate)
 
 
+def learnt_ips_table(config: ThrottllemConfig, tp: int, batch_max: int, kv_blocks: int) -> OnlineIpsTable:
+    """M for one engine shape, to be corrected from that engine's steps (its batch grid up to
+    the largest batch the engine takes: the replica's limit moves at run time)."""
+    profile = ips_table(config.model, config.hardware, config.profile, tp, batch_max, kv_blocks,
+                        config.table_batch_levels, config.table_kv_levels)
+    return OnlineIpsTable(profile, config.learn_prior_steps, config.learn_refresh_steps)
+
+
 def replica_policies(
     perf: PerfModel, batcher_config: BatcherConfig, config: ThrottllemConfig = ThrottllemConfig(),
+    learnt: OnlineIpsTable | None = None,
 ) -> tuple[ThrottllemAdmission, ThrottllemClock]:
+    """`learnt`: M as the replica's engine corrects it (a vLLM replica's); None: the profile's."""
     if (perf.model.name, perf.gpu.name) != (config.model, config.hardware):
         raise ValueError(f"throttLL'eM is configured for {config.model} on {config.hardware}, "
                          f"the replica runs {perf.model.name} on {perf.gpu.name}")
 
     def table_for(tp: int, batch_max: int, kv_blocks: int) -> IpsTable:
+        if learnt is not None:
+            return learnt.table
         return ips_table(config.model, config.hardware, config.profile, tp, batch_max, kv_blocks,
                          config.table_batch_levels, config.table_kv_levels)
 

@@ -56,6 +56,9 @@ class _Engine:
     def stats(self) -> SimpleNamespace:
         return SimpleNamespace(clock_mhz=self.clock_mhz)
 
+    def clock_applied(self, clock_mhz: float | None) -> None:
+        pass
+
 
 def _replica(engine: _Engine) -> LLMReplica:
     """The replica class on its own, given the stub engine (no Serve, no plan to follow)."""

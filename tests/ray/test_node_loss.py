@@ -8,7 +8,11 @@ not an ingress by chance).
 Each case streams completions through the openai client, removes one worker (kill -9)
 while they are in flight, and accounts for every stream: accepted (HTTP 200), completed
 (resumed or not), errored (an OpenAI error event: the client knows to retry) or lost
-(the connection dropped or the stream ended silently). It then measures the time until a
+(the connection dropped or the stream ended silently). A client sees an errored stream as a
+failed request, so where the gateway and ingress can resume, a case asserts that every
+accepted stream completed. They can in every case here: a worker's loss leaves the head (the
+gateway and the client's connections), and what the worker hosted runs again elsewhere while
+the gateway and ingress hold the streams. It then measures the time until a
 new request is served, adds a worker like the one removed (a replacement machine), and
 the time until every deployment is back at its target (printed, not asserted tightly:
 the machine is shared).
@@ -438,8 +442,7 @@ def test_losing_the_plan_stores_node_keeps_plan_and_operator_settings(live: Live
     ray.get(store.override.remote("clock_mhz", "pool-long", 1200), timeout=60)
     before = ray.get(store.admin_view.remote(), timeout=60)
     result = _lose(live, "plan-store", "PlanStore")
-    assert result.accepted > 0 and result.lost == 0
-    assert result.completed + result.errored == result.accepted
+    assert result.accepted > 0 and result.completed == result.accepted  # none lost, none ended in an error
     after = ray.get(plan_store(APP).admin_view.remote(), timeout=120)
     assert after["overrides"] == before["overrides"] and after["version"] >= before["version"]
     first: PlanReply = ray.get(plan_store(APP).get.remote(), timeout=60)
@@ -451,14 +454,12 @@ def test_losing_the_plan_stores_node_keeps_plan_and_operator_settings(live: Live
 
 def test_losing_the_only_replica_of_a_pool_resumes_its_streams(live: LiveCluster) -> None:
     result = _lose(live, "pool-replica", "pool-short")
-    assert result.accepted > 0 and result.lost == 0  # every accepted stream completed or was told why not
-    assert result.completed + result.errored == result.accepted
+    assert result.accepted > 0 and result.completed == result.accepted  # none lost, none ended in an error
     assert result.resumed > 0  # the kill hit streams in flight, and they went on elsewhere
 
 
 def test_losing_an_ingress_node_resumes_its_streams_on_the_other_ingress(live: LiveCluster) -> None:
     result = _lose(live, "ingress", "Ingress")
-    assert result.accepted > 0 and result.lost == 0  # the gateway on the head held every connection
-    assert result.completed + result.errored == result.accepted
+    assert result.accepted > 0 and result.completed == result.accepted  # the gateway on the head resumed each one
     assert result.resumed > 0  # the dead replica's streams went on from the other
 

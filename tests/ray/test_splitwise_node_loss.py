@@ -30,8 +30,7 @@ def test_losing_a_splitwise_prompt_replica_mid_hand_off_loses_no_stream(live: Li
     # is on its way to the token replicas, and the prompt replica's machine dies (the object
     # store's copy with it): a token replica still fetching recomputes the prompt.
     result = _lose(live, "prompt-replica", "pool-prompt", at_first_token=True)
-    assert result.accepted > 0 and result.lost == 0
-    assert result.completed + result.errored == result.accepted
+    assert result.accepted > 0 and result.completed == result.accepted  # none lost, none ended in an error
 
 
 def test_losing_the_whole_prompt_pool_runs_its_requests_on_the_token_replicas(live: LiveCluster) -> None:
@@ -39,5 +38,4 @@ def test_losing_the_whole_prompt_pool_runs_its_requests_on_the_token_replicas(li
     # prompts waiting for one, or lost with it, run whole on their token replica, and new
     # requests go to a token replica borrowed into the mixed pool (nothing waits for a machine).
     result = _lose(live, "prompt-pool", "pool-prompt", at_first_token=True, every=True)
-    assert result.accepted > 0 and result.lost == 0
-    assert result.completed == result.accepted  # none refused: the token pool ran the prompts
+    assert result.accepted > 0 and result.completed == result.accepted  # none refused: the token pool ran them

@@ -1,81 +1,52 @@
 """NVML behind the GPU-control protocol, against a fake NVML with the real API's names
 and errors; the clock governor's clamping, rate limit, records and fail-static reset."""
 
-from types import SimpleNamespace
-
 import pynvml
 import pytest
 
 from energy.clock_governor import ClockGovernor
 from energy.gpu_control import GpuControlError, ModelledGpu, NvmlGpu, open_gpus
 from energy.hardware import GPUS
+from tests.fake_nvml import FakeNvml, PowerTrace
 
 
-class FakeNVMLError(Exception):
-    pass
+class FakeClock:
+    def __init__(self) -> None:
+        self.t_s = 0.0
+
+    def __call__(self) -> float:
+        return self.t_s
 
 
-def fake_nvml(fail: set[str] = frozenset(), init_error: bool = False) -> SimpleNamespace:
-    """NVML's functions as nvidia-ml-py names them, over two 8-GPU-style devices."""
-    state = {"locked": {}, "limit": {0: 700_000, 1: 700_000}}
-
-    def maybe_fail(name):
-        if name in fail:
-            raise FakeNVMLError(f"{name}: Insufficient Permissions")
-
-    def fn(name, body):
-        def call(*args):
-            maybe_fail(name)
-            return body(*args)
-        call.__name__ = name
-        return call
-
-    def init():
-        if init_error:
-            raise FakeNVMLError("NVML Shared Library Not Found")
-
-    api = {
-        "nvmlInit": init,
-        "nvmlDeviceGetCount": lambda: 2,
-        "nvmlDeviceGetHandleByIndex": lambda i: i,
-        "nvmlDeviceGetSupportedMemoryClocks": lambda h: [2619, 1593],
-        "nvmlDeviceGetSupportedGraphicsClocks": lambda h, mem: [1980, 1600, 1200, 990, 800],
-        "nvmlDeviceSetGpuLockedClocks": lambda h, lo, hi: state["locked"].__setitem__(h, (lo, hi)),
-        "nvmlDeviceResetGpuLockedClocks": lambda h: state["locked"].pop(h, None),
-        "nvmlDeviceGetClockInfo": lambda h, kind: state["locked"].get(h, (1980, 1980))[0],
-        "nvmlDeviceGetPowerManagementLimit": lambda h: state["limit"][h],
-        "nvmlDeviceSetPowerManagementLimit": lambda h, mw: state["limit"].__setitem__(h, mw),
-        "nvmlDeviceGetPowerUsage": lambda h: 123_456,
-        "nvmlDeviceGetTotalEnergyConsumption": lambda h: 9_000_000,
-    }
-    module = SimpleNamespace(**{name: fn(name, body) for name, body in api.items()})
-    module.NVMLError = FakeNVMLError
-    module.NVML_CLOCK_GRAPHICS = 0
-    module.state = state
-    return module
+def fake_nvml(fail: frozenset[str] = frozenset(), init_error: bool = False, clock: FakeClock | None = None) -> FakeNvml:
+    """Two devices drawing 123.456 W each."""
+    return FakeNvml(power=PowerTrace(((0.0, 123.456),)), clock=clock or FakeClock(), fail=fail, init_error=init_error)
 
 
 def test_the_fake_uses_only_real_nvml_names() -> None:
     fake = fake_nvml()
-    for name in vars(fake):
-        if name.startswith("nvml") or name.startswith("NVML_"):
-            assert hasattr(pynvml, name), name
+    names = [n for n in dir(fake) if n.startswith("nvml") or n.startswith("NVML_")]
+    assert len(names) > 10
+    for name in names:
+        assert hasattr(pynvml, name), name
 
 
 def test_nvml_reads_and_locks() -> None:
-    nvml = fake_nvml()
+    clock = FakeClock()
+    nvml = fake_nvml(clock=clock)
     gpu = NvmlGpu(nvml)
     assert gpu.device_count() == 2
     assert gpu.supported_clocks_mhz(0) == [800, 990, 1200, 1600, 1980]
     gpu.lock_clock(1, 1200)
-    assert gpu.clock_mhz(1) == 1200 and nvml.state["locked"][1] == (1200, 1200)
-    assert gpu.power_w(0) == pytest.approx(123.456) and gpu.energy_j(0) == pytest.approx(9000.0)
+    assert gpu.clock_mhz(1) == 1200 and nvml.locked() == {1: 1200}
+    clock.t_s = 10.0
+    assert gpu.power_w(0) == pytest.approx(123.456) and gpu.energy_j(0) == pytest.approx(1234.56)
     gpu.set_power_limit_w(0, 350)
     assert gpu.power_limit_w(0) == 350
 
 
 def test_nvml_errors_become_gpu_control_errors() -> None:
-    gpu = NvmlGpu(fake_nvml(fail={"nvmlDeviceSetGpuLockedClocks"}))
+    gpu = NvmlGpu(fake_nvml(fail=frozenset({"nvmlDeviceSetGpuLockedClocks"})))
     with pytest.raises(GpuControlError, match="Insufficient Permissions"):
         gpu.lock_clock(0, 1200)
 
@@ -98,21 +69,21 @@ def test_governor_clamps_rate_limits_and_records() -> None:
     assert gov.set_clock(0, 1200, now_s=0.6) == 1200  # no-op: allowed, nothing sent
     assert gov.set_clock(0, 1600, now_s=1.5) == 1600
     assert [c.note for c in gov.history] == ["locked", "rate limited", "locked"]
-    assert nvml.state["locked"][0] == (1600, 1600)
+    assert nvml.locked() == {0: 1600}
 
 
 def test_governor_resets_to_default_on_error_and_on_shutdown() -> None:
-    nvml = fake_nvml(fail={"nvmlDeviceSetGpuLockedClocks"})
+    nvml = fake_nvml(fail=frozenset({"nvmlDeviceSetGpuLockedClocks"}))
     gov = ClockGovernor(NvmlGpu(nvml))
-    nvml.state["locked"][0] = (990, 990)  # left locked by an earlier run
+    nvml.lock_outside(0, 990)  # left locked by an earlier run
     assert gov.set_clock(0, 1200, now_s=0.0) is None
-    assert 0 not in nvml.state["locked"]  # fail static: back to driver-managed clocks
+    assert 0 not in nvml.locked()  # fail static: back to driver-managed clocks
     assert gov.history[-1].note == "reset to default"
     ok = fake_nvml()
     gov = ClockGovernor(NvmlGpu(ok))
     gov.set_clock(1, 800, now_s=0.0)
     gov.restore_all(now_s=1.0)
-    assert ok.state["locked"] == {}
+    assert ok.locked() == {}
 
 
 def test_modelled_gpu_refuses_unsupported_clocks() -> None:
@@ -124,27 +95,29 @@ def test_modelled_gpu_refuses_unsupported_clocks() -> None:
 
 
 def test_nvml_lock_error_resets_and_holds_default_clocks() -> None:
-    nvml = fake_nvml(fail={"nvmlDeviceSetGpuLockedClocks"})
+    nvml = fake_nvml(fail=frozenset({"nvmlDeviceSetGpuLockedClocks"}))
     gov = ClockGovernor(NvmlGpu(nvml), min_interval_s=0.0, hold_default_s=10.0)
-    nvml.state["locked"][0] = (990, 990)
+    nvml.lock_outside(0, 990)
     assert gov.set_clock(0, 1200, now_s=0.0) is None
-    assert 0 not in nvml.state["locked"]
+    assert 0 not in nvml.locked()
     assert gov.set_clock(0, 1200, now_s=5.0) is None  # held at default: NVML not even asked
     assert gov.history[-1].note == "held at default after an error"
     fixed = fake_nvml()
     gov.gpus = NvmlGpu(fixed)  # the driver recovered
     assert gov.set_clock(0, 1200, now_s=11.0) == 1200  # after the hold it throttles again
-    assert fixed.state["locked"][0] == (1200, 1200)
+    assert fixed.locked() == {0: 1200}
 
 
 def test_nvml_read_error_restores_default_clocks() -> None:
-    nvml = fake_nvml()
+    clock = FakeClock()
+    nvml = fake_nvml(clock=clock)
     gov = ClockGovernor(NvmlGpu(nvml), hold_default_s=10.0)
     assert gov.set_clock(1, 800, now_s=0.0) == 800
-    assert gov.energy_j(1, now_s=1.0) == pytest.approx(9000.0)
-    nvml.nvmlDeviceGetTotalEnergyConsumption = _raising("nvmlDeviceGetTotalEnergyConsumption")
+    clock.t_s = 1.0
+    assert gov.energy_j(1, now_s=1.0) == pytest.approx(123.456)
+    nvml.fail.add("nvmlDeviceGetTotalEnergyConsumption")
     assert gov.energy_j(1, now_s=2.0) is None
-    assert 1 not in nvml.state["locked"]  # the GPU we could not read runs at default clocks
+    assert 1 not in nvml.locked()  # the GPU we could not read runs at default clocks
     assert [c.note for c in gov.history[-2:]] == [
         "read failed: nvmlDeviceGetTotalEnergyConsumption failed: Insufficient Permissions", "reset to default"]
     assert gov.set_clock(1, 800, now_s=3.0) is None
@@ -154,13 +127,6 @@ def test_restore_all_never_raises_even_if_nvml_cannot_count() -> None:
     nvml = fake_nvml()
     gov = ClockGovernor(NvmlGpu(nvml))
     gov.set_clock(1, 800, now_s=0.0)
-    nvml.nvmlDeviceGetCount = _raising("nvmlDeviceGetCount")
+    nvml.fail.add("nvmlDeviceGetCount")
     gov.restore_all(now_s=1.0)
-    assert nvml.state["locked"] == {}
-
-
-def _raising(name: str):
-    def call(*args):
-        raise FakeNVMLError("Insufficient Permissions")
-    call.__name__ = name
-    return call
+    assert nvml.locked() == {}
