@@ -229,7 +229,7 @@ class ClockPolicy(Protocol):
 
     def choose_clock_mhz(self, batcher: ClockedBatch, now_s: float) -> float | None: ...
 
-    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+    def lowest_clock_mhz(self, batcher: ClockedBatch) -> float:
         """The lowest clock it picks whatever the band allows (0: the band's floor); the
         replica reports it so the planner prices the clock the replica runs at."""
         ...

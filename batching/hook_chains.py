@@ -55,7 +55,7 @@ class ClockChain:
                 return clock
         return None
 
-    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+    def lowest_clock_mhz(self, batcher: ClockedBatch) -> float:
         """Any member may pick: the lowest of theirs."""
         return min((m.lowest_clock_mhz(batcher) for m in self.members), default=0.0)
 

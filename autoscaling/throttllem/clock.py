@@ -60,7 +60,7 @@ class ThrottllemClock:
         self._bursts: dict[float, tuple[tuple[int, int, int, int], PrefillWork]] = {}
         self._efficient_mhz: dict[int, float] = {}  # by TP: the least-energy decode clock
 
-    def efficient_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+    def efficient_clock_mhz(self, batcher: ClockedBatch) -> float:
         """The lowest clock worth running at: a decode step's least energy above the floor (the
         same at any batch, as every part of the step's work stretches alike). Over the GPU's
         clocks (M's table has the same ones), so it is known before the first step."""
@@ -70,7 +70,7 @@ class ThrottllemClock:
             self._efficient_mhz[tp] = batcher.perf.least_energy_clock_mhz(8, 8 * 1000.0, tp, clocks)
         return self._efficient_mhz[tp]
 
-    def lowest_clock_mhz(self, batcher: ContinuousBatcher) -> float:
+    def lowest_clock_mhz(self, batcher: ClockedBatch) -> float:
         """The search's floor (`energy_floor`), for the planner to price; 0: the band's floor."""
         return self.efficient_clock_mhz(batcher) if self.config.energy_floor else 0.0
 
