@@ -49,7 +49,7 @@ import numpy as np
 from energy.hardware import MODELS
 from sim.config import SimConfig
 from sim.held_capacity import Floors
-from sim.metrics import J_PER_KWH, summarise
+from sim.metrics import J_PER_KWH, summarise, worst_class
 from sim.scenario import SIMULATORS, SPECS, build
 from sim.simulator import Simulator
 from sim.workload import (
@@ -172,12 +172,6 @@ def run_one(job: tuple[str, str, float, int]) -> dict[str, Any]:
     summary["series"] = {"t_s": list(raw.series.t_s), "energy_j": list(raw.series.energy_j),
                          "ready": {k: list(v) for k, v in raw.series.ready.items()}}
     return summary
-
-
-def worst_class(r: dict[str, Any]) -> tuple[str, float]:
-    classes = {k: v for k, v in r["slo_attainment"].items() if len(k) == 2 and k.isupper()}
-    name = min(classes, key=classes.__getitem__)
-    return name, classes[name]
 
 
 def table(rows: list[dict[str, Any]], floors: Floors) -> str:

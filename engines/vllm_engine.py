@@ -27,6 +27,7 @@ from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, RequestO
 from batching.hook_chains import chain_admission
 from core.arrival_rates import ArrivalRates
 from core.request import Request
+from core.slo_outcomes import SloOutcomes, mean_tbt_s, slo_met
 from core.stats import ReplicaStats
 from energy.calibration import default_perf_model
 from engines.admission_gate import AdmissionGate
@@ -152,6 +153,7 @@ class VllmEngine:
         self._energy_start_j = self.energy.total_j()
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
         self._arrivals = ArrivalRates()
+        self._outcomes = SloOutcomes()  # the controller's SLO guard (autoscaling.slo_guard)
         self._completed = 0
         self._preemptions = 0  # ours (Chiron); vLLM's own are in the tracker
         self._preempting: set[str] = set()  # admitted batch requests being preempted
@@ -200,6 +202,7 @@ class VllmEngine:
         # be stale while the engine idles, so counts are bounded by what we hold inside.
         running = min(snap.running, inside)
         now = time.time()
+        outcomes = self._outcomes.counts(now)
         return ReplicaStats(
             queued_requests=self.gate.waiting + inside - running,
             running_requests=running,
@@ -221,6 +224,8 @@ class VllmEngine:
             preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
+            slo_completed=outcomes.completed,
+            slo_met=outcomes.met,
             batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
@@ -348,6 +353,9 @@ class VllmEngine:
                         max_tbt_s=run.max_tbt_s, preemptions=run.preemptions,
                     )
                     self._preempting.discard(rid)  # finished before its preemption took effect
+                    if request.service_class != "batch":
+                        self._outcomes.add(now, request.length_class, slo_met(
+                            request.slo, usage.ttft_s, mean_tbt_s(usage.ttft_s, usage.e2e_s, run.generated)))
                     yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
                     return
                 if n:

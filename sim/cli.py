@@ -16,7 +16,7 @@ from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from sim.config import SimConfig
 from sim.held_capacity import Floors
-from sim.metrics import J_PER_KWH
+from sim.metrics import J_PER_KWH, worst_class
 from sim.run import simulate
 from sim.scenario import SPECS
 from sim.workload import (
@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--price-per-gpu-hour", type=float, default=None)
     p.add_argument("--grid-gco2-per-kwh", type=float, default=SimConfig().grid_gco2_per_kwh)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-slo-guard", action="store_true", help=(
+        "run the composite (wattwise) without its SLO guard (WattwiseConfig.slo_guard.enabled false)"))
     p.add_argument("--no-oracle", action="store_true", help=(
         "skip the oracle energy floor and the references beside it (a long run's 5 s windows take a while)"))
     p.add_argument("--json", type=Path, default=None, help="write one object per policy")
@@ -96,18 +98,23 @@ def _fmt(v: float | None, scale: float = 1.0, digits: int = 3) -> str:
 
 def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
     base = results[0]["energy_j"]
-    head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'p99 TTFT s':>10} " \
-           f"{'p99 TBT s':>9} {'done':>7} {'wall s':>6}"
+    head = f"{'policy':>18} {'energy kWh':>10} {'x first':>7} {'GPU-h':>7} {'SLO %':>6} {'worst class':>11} " \
+           f"{'p99 TTFT s':>10} {'p99 TBT s':>9} {'done':>7} {'wall s':>6}"
     lines = [head]
     for r in results:
+        worst, share = worst_class(r)
         lines.append(
             f"{r['policy']:>18} {r['energy_kwh']:>10.2f} {r['energy_j'] / base:>7.2f} {r['gpu_hours']:>7.1f} "
-            f"{_fmt(r['slo_attainment']['overall'], 100):>6} {_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} "
-            f"{r['completed']:>7} {r['wall_s']:>6.1f}"
+            f"{_fmt(r['slo_attainment']['overall'], 100):>6} {worst:>3} {share * 100:>7.1f} "
+            f"{_fmt(r['p99_ttft_s']):>10} {_fmt(r['p99_tbt_s']):>9} {r['completed']:>7} {r['wall_s']:>6.1f}"
         )
     if floors is not None:
         for f in floors.rows():
             lines.append(f"{f.label:>18} {f.energy_j / J_PER_KWH:>10.2f} {f.energy_j / base:>7.2f} {f.gpu_hours:>7.1f}")
+    for r in results:
+        if r["slo_guard_s"]:
+            lines.append(f"{r['policy']}: SLO guard on " + ", ".join(
+                f"{cls} {s:.0f} s" for cls, s in sorted(r["slo_guard_s"].items())))
     return "\n".join(lines)
 
 
@@ -130,12 +137,16 @@ def main(argv: list[str] | None = None) -> int:
     on_terminal = sys.stderr.isatty()
     # Default: the one controller, beside SinglePool as the reference ("x first").
     for policy in args.policy or ["singlepool", "wattwise"]:
+        unguarded = args.no_slo_guard and policy == "wattwise"
         try:
-            summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None)
+            summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None,
+                                    composite={"slo_guard": {"enabled": False}} if unguarded else None)
         except ValueError as exc:
             print(f"\n{policy}: {exc}", file=sys.stderr)
             return 2
         print("" if on_terminal else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
+        if unguarded:
+            summary["policy"] = "wattwise-noguard"
         results.append(summary)
         runs[policy] = raw
     floors = None if args.no_oracle else Floors.of(w, config)

@@ -100,12 +100,20 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "p99_e2e_s": overall["e2e_s"]["p99"],
         "preemptions": int(log.preemptions.sum()),
         "peak_gpus": int(max(raw.series.gpus)),
+        "slo_guard_s": dict(raw.slo_guard_s),
         "by_length_class": {c: _group(log, log.length_class == i, met) for i, c in enumerate(CLASS_NAMES)
                             if (log.length_class == i).any()},
         "by_service_class": {s: _group(log, log.interactive == flag, met)
                              for s, flag in (("interactive", True), ("batch", False))
                              if (log.interactive == flag).any()},
     }
+
+
+def worst_class(summary: dict[str, Any]) -> tuple[str, float]:
+    """The length class of least SLO attainment in a run's summary, and its attainment."""
+    classes = {k: v for k, v in summary["slo_attainment"].items() if k in CLASS_NAMES}
+    name = min(classes, key=classes.__getitem__)
+    return name, classes[name]
 
 
 # ---- Splitwise Table VI: latency as slowdown vs the same request alone on a reference machine ----

@@ -114,6 +114,16 @@ def test_cli_writes_json_per_policy(tmp_path, capsys):
     assert "\r" not in printed.err and printed.err.count(": simulated") == 2
 
 
+def test_cli_runs_the_composite_without_its_slo_guard_on_the_mooncake_trace(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["--trace", "mooncake", "--duration-s", "20", "--policy", "wattwise", "--no-slo-guard",
+                 "--no-oracle", "--json", str(out)]) == 0
+    (row,) = json.loads(out.read_text())
+    assert row["policy"] == "wattwise-noguard" and row["slo_guard_s"] == {}
+    assert row["requests"] > 50
+    assert "wattwise-noguard" in capsys.readouterr().out
+
+
 def test_shuffled_blocks_keep_every_request_and_each_blocks_arrivals():
     w = load_trace("code")
     out = shuffle_blocks(w, 60.0, np.random.default_rng(1))
