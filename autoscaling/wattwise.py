@@ -13,7 +13,7 @@
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
 | the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs; such a pool neither folds nor changes TP: its speed was measured at its own TP and classes) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
-| which length classes the controller stops saving for (`slo_guard` in the plan) | the SLO guard (autoscaling.slo_guard: a class whose attainment over the replicas' trailing window fell below target, until it held the target for `recover_hold_s`); the DynamoLLM layer then gives every pool hosting one the top clock as its band's floor and `load_margin` more planned load, and unfolds it (no fold takes it in or away) | this policy, every plan |
+| which length classes the controller stops saving for (`slo_guard` in the plan) | the SLO guard (autoscaling.slo_guard: a class whose attainment over the replicas' trailing window fell below target, until it held the target for `recover_hold_s`); the DynamoLLM layer then gives every pool hosting one the top clock as its band's floor, `load_margin` more planned load at the TP it runs, and unfolds it (no fold takes it in or away) | this policy, every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
 by two layers; the clock is never a plan entry here (only its band), so the replicas'
@@ -86,8 +86,8 @@ class WattwiseConfig(EnergyProfileSource):
         "clock then sizes its instances only. False: the planned clock is always the floor."))
     slo_guard: SloGuardConfig = Field(default_factory=SloGuardConfig, description=(
         "A length class whose SLO attainment falls below target stops being saved on: the pools "
-        "hosting it run at the top clock, with more planned load, unfolded, until it recovers "
-        "(autoscaling.slo_guard)."))
+        "hosting it run at the top clock, with more planned load at the TP they run, unfolded, "
+        "until it recovers (autoscaling.slo_guard)."))
 
 
 class WattwisePolicy:
@@ -201,7 +201,7 @@ class WattwisePolicy:
     def _dynamollm_layer(self, view: ClusterView, now_s: float, demand: BatchDemand | None,
                          guarded_classes: Collection[str]) -> ClusterPlan:
         """Shapes, bands and routes; the pools of `guarded_classes` (the SLO guard's) are
-        planned with its margin at the top clock and serve alone."""
+        planned with its margin at the TP they run, run at the top clock and serve alone."""
         guarded = frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
         for name in self.config.pools:
             dep = view.deployments.get(name)
@@ -367,12 +367,13 @@ class WattwisePolicy:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
         guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(
-            f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items())))
+            f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items()))) \
+            if guarded else ClusterPlan()
         demand = self._batch_demand(view, now_s)
         chiron = (ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight}, reason="chiron deadlines")
                   if demand is not None else ClusterPlan())
-        return compose({"slo_guard": guard if guarded else ClusterPlan(),
-                        "dynamollm": self._dynamollm_layer(view, now_s, demand, guarded), "chiron": chiron})
+        return compose({"slo_guard": guard, "dynamollm": self._dynamollm_layer(view, now_s, demand, guarded),
+                        "chiron": chiron})
 
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:

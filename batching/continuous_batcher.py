@@ -10,7 +10,7 @@ preemption of the newest sequence when KV runs out.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -825,6 +825,8 @@ class ContinuousBatcher:
         if self.accounted_until_s is not None and self.accounted_until_s <= now_s:  # no step in flight
             self.land_clock(now_s)  # an idle replica's GPUs follow their forwarded clock too
         outcomes = self._outcomes.counts(now_s)
+        late = Counter(s.request.length_class for s in (*self.waiting, *self.running)
+                       if s.first_token_s is None and _interactive(s) and now_s > s.request.ttft_due_s)
         return ReplicaStats(
             queued_requests=len(self.waiting),
             running_requests=len(self.running),
@@ -851,6 +853,7 @@ class ContinuousBatcher:
             class_rates_per_s=self.class_rates_per_s(now_s),
             slo_completed=outcomes.completed,
             slo_met=outcomes.met,
+            slo_late=dict(late),
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
             per_step_clock=self.clock_policy is not None,

@@ -12,6 +12,7 @@ CLASS_FIELD_PREFIXES = {
     "class_rates_per_s": RATE_PREFIX,
     "slo_completed": "slo_completed.",
     "slo_met": "slo_met.",
+    "slo_late": "slo_late.",
 }
 
 
@@ -60,6 +61,9 @@ class ReplicaStats:
     # them that met their SLO (core.slo_outcomes): the controller's SLO guard sums them.
     slo_completed: dict[str, int] = field(default_factory=dict)
     slo_met: dict[str, int] = field(default_factory=dict)
+    # Interactive requests on the replica past their TTFT deadline with no token yet: misses
+    # already, counted as soon as they are (a queue in a burst drains tens of seconds later).
+    slo_late: dict[str, int] = field(default_factory=dict)
 
     @property
     def kv_utilisation(self) -> float:

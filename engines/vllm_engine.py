@@ -225,7 +225,7 @@ class VllmEngine:
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
             slo_completed=outcomes.completed,
-            slo_met=outcomes.met,
+            slo_met=outcomes.met,  # no slo_late: the gate keeps no deadline per waiter; misses count as they finish
             batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
