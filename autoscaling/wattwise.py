@@ -13,6 +13,7 @@
 | a request's length class and projected output | Mico's predictor (its measured overrun widens throttLL'eM's projections) | the ingress / the simulator's classifier |
 | the speed shapes are costed at: the profile, dilated by the step times the pool's replicas measure against it | DynamoLLM's planner (a pool whose engines run f times slower is planned as the profile's at f times the load and 1/f of the SLOs; such a pool neither folds nor changes TP: its speed was measured at its own TP and classes) | replicas time each step against the planner's perf model (batching.step_speed); this policy, every plan |
 | catch-up after a burst or when replicas run late | this policy: the interactive backlog sets a floor on instances; a mean TTFT over target earns one instance beyond the forecast; while instances start, the clock band's floor is what the ready replicas need to carry the load | every plan |
+| which length classes the controller stops saving for (`slo_guard` in the plan) | the SLO guard (autoscaling.slo_guard: a class whose attainment over the replicas' trailing window fell below target, until it held the target for `recover_hold_s`); the DynamoLLM layer then gives every pool hosting one the top clock as its band's floor, `load_margin` more planned load at the TP it runs, and unfolds it (no fold takes it in or away) | this policy, every plan |
 
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
 by two layers; the clock is never a plan entry here (only its band), so the replicas'
@@ -27,6 +28,7 @@ prompt/token phases inside a pool.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from pydantic import Field
 
@@ -41,6 +43,7 @@ from autoscaling.dynamollm.shape_planner import (
     ReplicaTraits,
     ShapePlannerConfig,
 )
+from autoscaling.slo_guard import SloGuard, SloGuardConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -81,6 +84,10 @@ class WattwiseConfig(EnergyProfileSource):
         "A pool that is not bursty, has no batch requests waiting, and whose replicas all pick each step's "
         "clock (throttLL'eM's hook) gets the GPU's lowest clock as its band's floor; the planned "
         "clock then sizes its instances only. False: the planned clock is always the floor."))
+    slo_guard: SloGuardConfig = Field(default_factory=SloGuardConfig, description=(
+        "A length class whose SLO attainment falls below target stops being saved on: the pools "
+        "hosting it run at the top clock, with more planned load at the TP they run, unfolded, "
+        "until it recovers (autoscaling.slo_guard)."))
 
 
 class WattwisePolicy:
@@ -111,6 +118,7 @@ class WattwisePolicy:
         self._deadlines = DeadlineCapacity(config.batch_deadlines)
         self._own_pool = {cls: pool for pool, classes in config.pools.items() for cls in classes}
         self._handover = RouteHandover()
+        self._guard = SloGuard(config.slo_guard) if config.slo_guard.enabled else None
         self._reported: set[str] = set()
         self._next_plan_s = 0.0
         self._last: ClusterPlan | None = None
@@ -190,7 +198,11 @@ class WattwisePolicy:
         total = sum(mix.values())
         return {cls: demand.requests_per_s * r / total for cls, r in mix.items()} if total > 0 else {}
 
-    def _dynamollm_layer(self, view: ClusterView, now_s: float, demand: BatchDemand | None) -> ClusterPlan:
+    def _dynamollm_layer(self, view: ClusterView, now_s: float, demand: BatchDemand | None,
+                         guarded_classes: Collection[str]) -> ClusterPlan:
+        """Shapes, bands and routes; the pools of `guarded_classes` (the SLO guard's) are
+        planned with its margin at the TP they run, run at the top clock and serve alone."""
+        guarded = frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
         for name in self.config.pools:
             dep = view.deployments.get(name)
             if dep is not None and dep.replica_stats:
@@ -206,6 +218,8 @@ class WattwisePolicy:
                     sum(batch.get(cls, 0.0) for cls in classes), now_s,
                     batch_floor={cls: floor[cls] for cls in classes if cls in floor})
         epoch = self.planner.at_epoch(now_s)
+        if self._folding is not None:
+            self._folding.unfold(guarded)
         if self._folding is not None and len(planned) == len(self._order):
             # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
             settled = not any(self.planner.warming_up(name, now_s) for name in planned)
@@ -215,8 +229,11 @@ class WattwisePolicy:
             # of TTFTs in the burst's minute). A fold in force is not undone for it: a folded
             # short pool's few conversation requests read as bursty, and unfolding them cost 7%
             # more energy for no SLO.
-            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s), epoch and settled,
-                                          may_form=lambda g: self.planner.may_newly_fold(g.members, now_s))
+            # A guarded pool neither takes another in nor goes into one: its SLOs come first.
+            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, guarded),
+                                          epoch and settled,
+                                          may_form=lambda g: not guarded & set(g.members)
+                                          and self.planner.may_newly_fold(g.members, now_s))
         else:
             groups = tuple(PoolGroup((name,)) for name in planned)
         replicas: dict[str, int] = {}
@@ -232,17 +249,17 @@ class WattwisePolicy:
                 self.planner.forget(member)
                 held[member] = 0
                 replicas[member] = 0
-            rates = self._group_rates(group, planned)
+            rates, margin = self._host_load(group, planned, guarded)
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
             ttft_target_s = self._mean_ttft_target_s(rates)
             backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
             dilation = self._dilation(host, dep)
-            traits = self._replica_traits(host, dep, now_s)
+            traits = self._replica_traits(host, dep, now_s, guarded)
             shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
                                       max_instances=dep.max_replicas if dep else None,
-                                      tps=self.config.tensor_parallel_options.get(host), dilation=dilation,
-                                      replicas=traits, burst_margin=self.planner.burst_margin(group.members))
+                                      tps=self._tps(host, dep, guarded), dilation=dilation,
+                                      replicas=traits, burst_margin=margin)
             held[host] = shape.instances * shape.tensor_parallel
             replicas[host], tp[host] = shape.instances, shape.tensor_parallel
             band[host] = (self._clock_floor(dep, running, shape, rates, dilation, traits), self.max_clock_mhz)
@@ -254,6 +271,10 @@ class WattwisePolicy:
             (pool,) = weights
             if replicas.get(pool) == 0 and (dep := view.deployments.get(pool)) is not None:
                 replicas[pool] = dep.target_replicas
+        # Flat out wherever a guarded class runs: its own pool, and the one it leaves once that is ready.
+        for pool in guarded | {pool for cls in guarded_classes for pool in routing.get(cls, {})}:
+            if pool in band:
+                band[pool] = (self.max_clock_mhz, self.max_clock_mhz)
         self.planner.end_epoch(now_s)
         return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
                            routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
@@ -279,15 +300,18 @@ class WattwisePolicy:
         return max(shape.clock_mhz, self.planner.clock_for(rates, running.tensor_parallel, dep.current_replicas,
                                                            dilation, traits))
 
-    def _replica_traits(self, host: str, dep: DeploymentView | None, now_s: float) -> ReplicaTraits:
+    def _replica_traits(self, host: str, dep: DeploymentView | None, now_s: float,
+                        guarded: frozenset[str]) -> ReplicaTraits:
         """What the pool's replicas report that its costs depend on: whether every one prefills
         in TTFT-deadline order (with the longest step any reports), whether they pick each
         step's clock from the GPU's lowest up (the band's floor `_clock_floor` gives them: a
-        steady pool with no batch backlog whose replicas all run throttLL'eM's clock hook), and
-        the lowest clock every one of them runs at whatever the band (their search's floor)."""
+        steady pool with no batch backlog whose replicas all run throttLL'eM's clock hook, and
+        not one the SLO guard runs at the top clock), and the lowest clock every one of them
+        runs at whatever the band (their search's floor)."""
         stats = dep.replica_stats if dep is not None else ()
         steps = [s.deadline_prefill_step_s for s in stats if s.deadline_prefill_step_s > 0]
-        pick_clock = bool(self.config.lowest_floor_when_steady and not self.planner.is_bursty(host, now_s)
+        pick_clock = bool(self.config.lowest_floor_when_steady and host not in guarded
+                          and not self.planner.is_bursty(host, now_s)
                           and dep is not None and stats and all(s.per_step_clock for s in stats)
                           and not self._batch_backlog(dep))
         return ReplicaTraits(deadline_step_s=max(steps) if stats and len(steps) == len(stats) else None,
@@ -300,7 +324,7 @@ class WattwisePolicy:
         return any(s.batch_waiting > 0 for s in dep.replica_stats)
 
     def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
-                     now_s: float) -> PoolShape | None:
+                     now_s: float, guarded: frozenset[str]) -> PoolShape | None:
         """The cheapest shape that carries the group's planned load on its host; None if a
         pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep them
         running, so folding would save nothing), or if the host's replicas run off the profile
@@ -313,19 +337,46 @@ class WattwisePolicy:
         dilation = self._dilation(group.host, dep)
         if len(group.members) > 1 and dilation is not AS_PROFILED:
             return None
-        return self.planner.cheapest(self._group_rates(group, planned), self.config.cluster_gpus,
+        rates, margin = self._host_load(group, planned, guarded)
+        return self.planner.cheapest(rates, self.config.cluster_gpus,
                                      dep.max_replicas if dep else None,
-                                     self.config.tensor_parallel_options.get(group.host),
-                                     dilation, self._replica_traits(group.host, dep, now_s),
-                                     self.planner.gpu_worth_w(group.members, now_s),
-                                     self.planner.burst_margin(group.members))
+                                     self._tps(group.host, dep, guarded),
+                                     dilation, self._replica_traits(group.host, dep, now_s, guarded),
+                                     self.planner.gpu_worth_w(group.members, now_s), margin)
+
+    def _tps(self, host: str, dep: DeploymentView | None, guarded: frozenset[str]) -> list[int] | None:
+        """The TPs the host may be planned at: its options; a guarded pool only the TP it runs
+        (a TP change restarts replicas whose SLOs already miss: on a synthetic long-prompt load a
+        guarded pool that re-sharded from TP4 to TP2 for its margin missed 37 requests in two
+        minutes, and met 0.6 points less of the SLOs than the same guard kept at TP4)."""
+        running = self._running(dep)
+        if host in guarded and running is not None:
+            return [running.tensor_parallel]
+        return self.config.tensor_parallel_options.get(host)
+
+    def _host_load(self, group: PoolGroup, planned: dict[str, dict[str, float]],
+                   guarded: frozenset[str]) -> tuple[dict[str, float], float]:
+        """The rates the group's host is planned for and the burst margin they carry: a host
+        the SLO guard names (it serves alone) carries `load_margin` more, for what its SLOs
+        showed the forecast missed."""
+        rates = self._group_rates(group, planned)
+        margin = self.planner.burst_margin(group.members)
+        if group.host not in guarded:
+            return rates, margin
+        extra = self.config.slo_guard.load_margin
+        return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
         """A fresh plan from every layer (what observe returns until the next plan interval)."""
+        guarded = self._guard.update(view, now_s) if self._guard is not None else {}
+        guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(
+            f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items()))) \
+            if guarded else ClusterPlan()
         demand = self._batch_demand(view, now_s)
         chiron = (ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight}, reason="chiron deadlines")
                   if demand is not None else ClusterPlan())
-        return compose({"dynamollm": self._dynamollm_layer(view, now_s, demand), "chiron": chiron})
+        return compose({"slo_guard": guard, "dynamollm": self._dynamollm_layer(view, now_s, demand, guarded),
+                        "chiron": chiron})
 
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:

@@ -10,7 +10,7 @@ preemption of the newest sequence when KV runs out.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence as Ordered
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -22,6 +22,7 @@ from core.arrival_rates import ArrivalRates
 from core.overheads import clock_lands_s
 from core.replica_choice import ReplicaOccupancy
 from core.request import Request
+from core.slo_outcomes import SloOutcomes, mean_tbt_s, slo_met
 from core.stats import ReplicaStats
 from energy.perf_model import PerfModel
 
@@ -128,6 +129,9 @@ class BatcherConfig:
     ewma_alpha: float = 0.2
     # Arrival rates per length class are measured over this trailing window.
     rate_window_s: float = 30.0
+    # Interactive requests finished, and whether each met its SLO, over this trailing
+    # window (the controller's SLO guard, autoscaling.slo_guard).
+    slo_window_s: float = 60.0
     # Chiron's mixed replicas: interactive requests queue ahead of batch ones and, when
     # the batch is full, preempt the newest running batch request (recompute later).
     interactive_first: bool = False
@@ -282,6 +286,7 @@ class ContinuousBatcher:
         self.completed = 0
         self.tokens_generated = 0
         self._arrivals = ArrivalRates(config.rate_window_s)
+        self._outcomes = SloOutcomes(config.slo_window_s)
 
     # ---- requests in and out -------------------------------------------------
     def add(self, request: Request, now_s: float) -> Sequence:
@@ -796,6 +801,12 @@ class ContinuousBatcher:
             self._free(seq)
             del self.by_id[seq.request_id]
             self.completed += 1
+            if _interactive(seq):
+                request = seq.request
+                assert seq.first_token_s is not None and seq.last_token_s is not None  # it emitted its tokens
+                self._outcomes.add(end, request.length_class, slo_met(
+                    request.slo, seq.first_token_s - request.arrival_s,
+                    mean_tbt_s(seq.first_token_s, seq.last_token_s, seq.generated)))
         self.power_w = self.perf.idle_power_w(self.tensor_parallel)
         return out
 
@@ -845,6 +856,9 @@ class ContinuousBatcher:
         self._account_idle(now_s)
         if self.accounted_until_s is not None and self.accounted_until_s <= now_s:  # no step in flight
             self.land_clock(now_s)  # an idle replica's GPUs follow their forwarded clock too
+        outcomes = self._outcomes.counts(now_s)
+        late = Counter(s.request.length_class for s in (*self.waiting, *self.running)
+                       if s.first_token_s is None and _interactive(s) and now_s > s.request.ttft_due_s)
         return ReplicaStats(
             queued_requests=len(self.waiting),
             running_requests=len(self.running),
@@ -870,6 +884,9 @@ class ContinuousBatcher:
             interactive_running=sum(1 for s in self.running if _interactive(s)),
             batch_waiting=sum(1 for s in self.waiting if s.request.service_class == "batch"),
             class_rates_per_s=self.class_rates_per_s(now_s),
+            slo_completed=outcomes.completed,
+            slo_met=outcomes.met,
+            slo_late=dict(late),
             batch_rate_per_s=self._arrivals.batch_per_s(now_s),
             step_time_ratio=self.speed.ratio if self.speed is not None else 1.0,
             per_step_clock=self.clock_policy is not None,

@@ -26,6 +26,10 @@ class ClusterPlan:
     # The global batch queue's deployment -> batch requests it may have out on the pools at
     # once (Chiron's Algorithm 2 raises it when the queue's deadlines need a faster drain).
     batch_in_flight: dict[str, int] = field(default_factory=dict)
+    # Length class -> since when (the policy's time, s) the SLO guard has stopped saving for it:
+    # its attainment fell below target, so the pools hosting it run flat out, unfolded, with
+    # more margin (autoscaling.slo_guard). Empty: every class meets its target.
+    slo_guard: dict[str, float] = field(default_factory=dict)
     # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
     # deployments (autoscaling.shadow_rollout); set by the Serve runtime, not by policies.
     serving: dict[str, str] = field(default_factory=dict)
@@ -55,6 +59,7 @@ class ClusterPlan:
             batch_limit={**self.batch_limit, **other.batch_limit},
             routing_weights={**self.routing_weights, **other.routing_weights},
             batch_in_flight={**self.batch_in_flight, **other.batch_in_flight},
+            slo_guard={**self.slo_guard, **other.slo_guard},
             serving={**self.serving, **other.serving},
             drained={**self.drained, **other.drained},
             running_replicas={**self.running_replicas, **other.running_replicas},

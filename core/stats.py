@@ -7,6 +7,13 @@ from dataclasses import dataclass, field, fields
 from core.replica_choice import ReplicaOccupancy
 
 RATE_PREFIX = "rate_per_s."
+# Serve carries stats as flat floats: each per-class field travels as one key per class.
+CLASS_FIELD_PREFIXES = {
+    "class_rates_per_s": RATE_PREFIX,
+    "slo_completed": "slo_completed.",
+    "slo_met": "slo_met.",
+    "slo_late": "slo_late.",
+}
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,13 @@ class ReplicaStats:
     deadline_prefill_step_s: float = 0.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
+    # Interactive requests finished per length class over a trailing window, and those of
+    # them that met their SLO (core.slo_outcomes): the controller's SLO guard sums them.
+    slo_completed: dict[str, int] = field(default_factory=dict)
+    slo_met: dict[str, int] = field(default_factory=dict)
+    # Interactive requests on the replica past their TTFT deadline with no token yet: misses
+    # already, counted as soon as they are (a queue in a burst drains tens of seconds later).
+    slo_late: dict[str, int] = field(default_factory=dict)
 
     @property
     def kv_utilisation(self) -> float:
@@ -80,8 +94,9 @@ class ReplicaStats:
 
     def to_metrics(self) -> dict[str, float]:
         """Flat float dict, the shape Serve's record_autoscaling_stats expects."""
-        flat = {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name != "class_rates_per_s"}
-        flat.update({RATE_PREFIX + cls: rate for cls, rate in self.class_rates_per_s.items()})
+        flat = {f.name: float(getattr(self, f.name)) for f in fields(self) if f.name not in CLASS_FIELD_PREFIXES}
+        for name, prefix in CLASS_FIELD_PREFIXES.items():
+            flat.update({prefix + cls: float(v) for cls, v in getattr(self, name).items()})
         return flat
 
     @classmethod
@@ -92,7 +107,8 @@ class ReplicaStats:
             if f.name in metrics:
                 value = metrics[f.name]
                 kwargs[f.name] = int(value) if f.type == "int" else bool(value) if f.type == "bool" else float(value)
-        kwargs["class_rates_per_s"] = {
-            k[len(RATE_PREFIX):]: float(v) for k, v in metrics.items() if k.startswith(RATE_PREFIX)
-        }
+        for name, prefix in CLASS_FIELD_PREFIXES.items():
+            # Counts come back as Serve's mean over its look-back window: rounded to whole requests.
+            cast = float if name == "class_rates_per_s" else round
+            kwargs[name] = {k[len(prefix):]: cast(v) for k, v in metrics.items() if k.startswith(prefix)}
         return cls(**kwargs)

@@ -44,8 +44,9 @@ from autoscaling.shadow_rollout import (
     ShadowRollouts,
     pools_from_entries,
 )
+from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
-from core.stats import RATE_PREFIX, ReplicaStats
+from core.stats import CLASS_FIELD_PREFIXES, ReplicaStats
 from core.view import ClusterView, DeploymentView
 from deployments.metrics import zero_counter
 from deployments.plan_store import STORE_GONE, plan_store, plan_to_dict
@@ -72,7 +73,7 @@ def view_from_contexts(ctxs: Contexts) -> ClusterView:
         extra: dict[str, float] = {}
         for metrics_of_replica in by_replica.values():
             for key, value in metrics_of_replica.items():
-                if key not in known and not key.startswith(RATE_PREFIX):
+                if key not in known and not key.startswith(tuple(CLASS_FIELD_PREFIXES.values())):
                     extra[key] = extra.get(key, 0.0) + value
         reported = sum(s.load for s in stats)
         deployments[dep_id.name] = DeploymentView(
@@ -163,6 +164,9 @@ class ControllerMetrics:
         self.routing_weight = ray_metrics.Gauge(
             "wattwise_plan_routing_weight", "Share of a service class the plan routes to each pool.",
             tag_keys=("application", "service_class", "pool"))
+        self.slo_guard = ray_metrics.Gauge(
+            "wattwise_slo_guard_active", "1 while the plan's SLO guard has stopped saving for a length class (its "
+            "SLO attainment fell below target), else 0.", tag_keys=("application", "length_class"))
         self.fail_static.set(0.0, self._tags())
         zero_counter(self.failures, self._tags(reason="stale_stats"))
         self._rollout_pools: set[str] = set()
@@ -196,6 +200,8 @@ class ControllerMetrics:
         for service_class, weights in plan.routing_weights.items():
             for pool, weight in weights.items():
                 self.routing_weight.set(weight, self._tags(service_class=service_class, pool=pool))
+        for length_class in LengthClassConfig.names():  # every class, so a guard turned off reads 0
+            self.slo_guard.set(float(length_class in plan.slo_guard), self._tags(length_class=length_class))
 
 
 class AppAutoscalingPolicy:

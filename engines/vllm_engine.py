@@ -29,6 +29,7 @@ from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPol
 from batching.hook_chains import chain_admission, chain_clock
 from core.arrival_rates import ArrivalRates
 from core.request import Request
+from core.slo_outcomes import SloOutcomes, mean_tbt_s, slo_met
 from core.stats import ReplicaStats
 from energy.calibration import default_perf_model
 from energy.hardware import GPUS
@@ -164,6 +165,7 @@ class VllmEngine:
         self.energy = StepEnergy.open(self.gpu_ids, modelled_idle_w)
         self._pending: dict[str, list[int]] = {}  # request id -> [prompt tokens left, decode tokens left]
         self._arrivals = ArrivalRates()
+        self._outcomes = SloOutcomes()  # the controller's SLO guard (autoscaling.slo_guard)
         self._completed = 0
         self._preemptions = 0  # ours (Chiron); vLLM's own are in the tracker
         self._preempting: set[str] = set()  # admitted batch requests being preempted
@@ -247,6 +249,7 @@ class VllmEngine:
         running = min(snap.running, inside)
         now = time.time()
         measured, modelled = self.energy.measured, self.energy.modelled
+        outcomes = self._outcomes.counts(now)
         return ReplicaStats(
             queued_requests=self.gate.waiting + inside - running,
             running_requests=running,
@@ -272,6 +275,8 @@ class VllmEngine:
             preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
+            slo_completed=outcomes.completed,
+            slo_met=outcomes.met,  # no slo_late: the gate keeps no deadline per waiter; misses count as they finish
             batch_rate_per_s=self._arrivals.batch_per_s(now),
             tokens_generated=snap.generated_tokens,
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
@@ -419,6 +424,9 @@ class VllmEngine:
                         max_tbt_s=run.max_tbt_s, preemptions=run.preemptions,
                     )
                     self._preempting.discard(rid)  # finished before its preemption took effect
+                    if request.service_class != "batch":
+                        self._outcomes.add(now, request.length_class, slo_met(
+                            request.slo, usage.ttft_s, mean_tbt_s(usage.ttft_s, usage.e2e_s, run.generated)))
                     yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
                     return
                 if n:

@@ -35,7 +35,8 @@ from sim.workload import (
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wattwise simulate", description=__doc__)
-    p.add_argument("--trace", default="conv", help="conv | code | PATH to a CSV like them | synthetic")
+    p.add_argument("--trace", default="conv",
+                   help="conv | code | mooncake | PATH to a CSV or JSONL like them | synthetic")
     p.add_argument("--start-s", type=float, default=0.0)
     p.add_argument("--duration-s", type=float, default=None, help="window of the trace (synthetic: its length)")
     p.add_argument("--time-scale", type=float, default=1.0, help="stretch the timeline by this factor")
@@ -56,6 +57,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--price-per-gpu-hour", type=float, default=None)
     p.add_argument("--grid-gco2-per-kwh", type=float, default=SimConfig().grid_gco2_per_kwh)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-slo-guard", action="store_true", help=(
+        "run the composite (wattwise) without its SLO guard (WattwiseConfig.slo_guard.enabled false)"))
     p.add_argument("--no-oracle", action="store_true", help=(
         "skip the oracle energy floor and the references beside it (a long run's 5 s windows take a while)"))
     p.add_argument("--json", type=Path, default=None, help="write one object per policy")
@@ -69,7 +72,7 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
         w = synthetic(args.rate, args.duration_s or 3600.0, rng, cv=args.cv, lengths_from=lengths)
     else:
         if args.trace not in TRACES and not Path(args.trace).exists():
-            raise SystemExit(f"no trace {args.trace!r}: use conv, code, synthetic or a CSV path")
+            raise SystemExit(f"no trace {args.trace!r}: use conv, code, mooncake, synthetic or a CSV or JSONL path")
         w = window(load_trace(args.trace), args.start_s, args.duration_s)
     if args.time_scale != 1.0:
         w = scale_time(w, args.time_scale)
@@ -111,6 +114,10 @@ def table(results: list[dict[str, Any]], floors: Floors | None) -> str:
     if floors is not None:
         for f in floors.rows():
             lines.append(f"{f.label:>18} {f.energy_j / J_PER_KWH:>10.2f} {f.energy_j / base:>7.2f} {f.gpu_hours:>7.1f}")
+    for r in results:
+        if r["slo_guard_s"]:
+            lines.append(f"{r['policy']}: SLO guard on " + ", ".join(
+                f"{cls} {s:.0f} s" for cls, s in sorted(r["slo_guard_s"].items())))
     return "\n".join(lines)
 
 
@@ -136,12 +143,16 @@ def main(argv: list[str] | None = None) -> int:
     on_terminal = sys.stderr.isatty()
     # Default: the one controller, beside SinglePool as the reference ("x first").
     for policy in args.policy or ["singlepool", "wattwise"]:
+        unguarded = args.no_slo_guard and policy == "wattwise"
         try:
-            summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None)
+            summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None,
+                                    composite={"slo_guard": {"enabled": False}} if unguarded else None)
         except ValueError as exc:
             print(f"\n{policy}: {exc}", file=sys.stderr)
             return 2
         print("" if on_terminal else f"{policy}: simulated", file=sys.stderr)  # ends the bar's line
+        if unguarded:
+            summary["policy"] = "wattwise-noguard"
         results.append(summary)
         runs[policy] = raw
     floors = None if args.no_oracle else Floors.of(w, config)

@@ -113,6 +113,7 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "p99_e2e_s": overall["e2e_s"]["p99"],
         "preemptions": int(log.preemptions.sum()),
         "peak_gpus": int(max(raw.series.gpus)),
+        "slo_guard_s": dict(raw.slo_guard_s),
         "by_length_class": {c: _group(log, log.length_class == i, met) for i, c in enumerate(CLASS_NAMES)
                             if (log.length_class == i).any()},
         "by_service_class": {s: _group(log, log.interactive == flag, met)

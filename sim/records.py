@@ -12,6 +12,7 @@ import numpy as np
 
 from batching.continuous_batcher import Sequence
 from core.classes import LengthClassConfig
+from core.slo_outcomes import mean_tbt_s
 
 CLASS_NAMES = LengthClassConfig.names()
 CLASS_INDEX = {name: i for i, name in enumerate(CLASS_NAMES)}
@@ -51,7 +52,7 @@ class RequestLog:
         self.ttft_s[i] = first - arrival
         self.e2e_s[i] = last - arrival
         self.max_tbt_s[i] = seq.max_tbt_s
-        self.mean_tbt_s[i] = (last - first) / (seq.generated - 1) if seq.generated > 1 else 0.0
+        self.mean_tbt_s[i] = mean_tbt_s(first, last, seq.generated)
         self.energy_j[i] = seq.energy_j
         self.output_tokens[i] = seq.generated
         self.slo_e2e_s[i] = seq.request.slo.e2e_for(seq.generated)

@@ -443,8 +443,13 @@ def provisioned(name: str, w: Workload, config: SimConfig,
 
 
 def build(
-    name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig()
+    name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig(),
+    composite: dict[str, Any] | None = None,
 ) -> tuple[list[PoolSetup], ControlPolicy]:
+    """The pools and policy of run `name`; `composite`: WattwiseConfig settings over the
+    composite's (e.g. its SLO guard off), for `wattwise` only."""
+    if composite and name != "wattwise":
+        raise ValueError(f"composite settings are for wattwise, not {name}")
     spec = SPECS.get(name, DEFAULT_SPEC)
     if spec.layout == "by_kind":
         setups, theta = chiron_pools(w, config, lengths)
@@ -476,7 +481,8 @@ def build(
                   for s in with_throttllem(as_the_app_starts(setups, shipped_app()), config)]
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
-            model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads)
+            model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads,
+            **(composite or {}))
     if name == "throttllem":
         return throttllem_alone(setups, config)
     if not spec.pool_plan_args:

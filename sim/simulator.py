@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import IntEnum
 
 import numpy as np
@@ -127,6 +127,8 @@ class RawRun:
     replicas: list[SimReplica]
     pool_names: list[str]
     end_s: float
+    # Length class -> seconds the plan had the SLO guard on for it (ClusterPlan.slo_guard).
+    slo_guard_s: dict[str, float] = field(default_factory=dict)
 
 
 class Simulator:
@@ -176,6 +178,7 @@ class Simulator:
         self.gpus_in_use = 0
         self.stopped_energy_j = 0.0
         self.unfinished = len(workload)
+        self.slo_guard_s: dict[str, float] = {}
         # The last field is the event's replica, or for CALL a function of the time.
         self._heap: list[tuple[float, int, Event, SimReplica | Callable[[float], None] | None]] = []
         self._seq = 0
@@ -231,7 +234,7 @@ class Simulator:
         for r in self.all_replicas:
             if r.state is not State.STOPPED:
                 r.stop(end)
-        return RawRun(self.log, self.series, self.all_replicas, list(self.pools), end)
+        return RawRun(self.log, self.series, self.all_replicas, list(self.pools), end, self.slo_guard_s)
 
     # ---- requests --------------------------------------------------------------
     def _arrive(self, i: int, now: float) -> None:
@@ -464,6 +467,8 @@ class Simulator:
         if self.batch_queue:
             self._drain_batch_queue(now)
         plan = self.policy.observe(self.view(now), now)
+        for cls in plan.slo_guard:  # the plan holds until the next tick
+            self.slo_guard_s[cls] = self.slo_guard_s.get(cls, 0.0) + self.config.control_interval_s
         self._apply(plan, now)
         if self.config.squash_after_s is not None:
             self._squash(now, self.config.squash_after_s)

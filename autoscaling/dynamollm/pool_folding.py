@@ -16,7 +16,7 @@ Pure: shapes in, groups out.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
@@ -55,6 +55,22 @@ class PoolFolding:
         self.reconfigure_cost_s = reconfigure_cost_s
         self.pool_epoch_s = pool_epoch_s
         self.groups: tuple[PoolGroup, ...] = tuple(PoolGroup((p,)) for p in self.order)
+
+    def unfold(self, pools: Collection[str]) -> None:
+        """Each of `pools` serves alone from now on, neither hosting nor hosted (the SLO guard's
+        pools: a fold is a saving); the other members of its group stay folded together."""
+        groups: list[PoolGroup] = []
+        for group in self.groups:
+            run: list[str] = []
+            for pool in group.members:
+                if pool in pools:
+                    groups.extend(PoolGroup(members) for members in (tuple(run), (pool,)) if members)
+                    run = []
+                else:
+                    run.append(pool)
+            if run:
+                groups.append(PoolGroup(tuple(run)))
+        self.groups = tuple(groups)
 
     def choose(self, shape_of: Callable[[PoolGroup], PoolShape | None], epoch: bool,
                may_form: Callable[[PoolGroup], bool] = lambda group: True) -> tuple[PoolGroup, ...]:

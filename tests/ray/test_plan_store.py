@@ -45,7 +45,8 @@ def test_the_plan_store_survives_kills_with_plan_and_overrides() -> None:
         # The controller's gauges export from the first call, counters at 0 (Ray refuses inc(0)).
         metrics = ControllerMetrics(app)
         metrics.plan(ClusterPlan(replicas={"pool-a": 2}, tensor_parallel={"pool-a": 4},
-                                 clock_band_mhz={"pool-a": (1100, 1980)}, routing_weights={"SS": {"pool-a": 1.0}}),
+                                 clock_band_mhz={"pool-a": (1100, 1980)}, routing_weights={"SS": {"pool-a": 1.0}},
+                                 slo_guard={"LM": 60.0}),
                      version=1, age_s=0.0)
         metrics.record(None)
     finally:
