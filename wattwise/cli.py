@@ -26,7 +26,7 @@ commands:
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
   config-docs  print the configuration reference (docs/configuration.md) from the schema [--out PATH]
   gpu-check  check a GPU machine: NVML reads, clock lock and reset, a step sweep over clocks vs the profile
-  bench      run a benchmark: wattwise | ingress | sim-speed | dynamollm-table | dynamollm | chiron | throttllem
+  bench      run a benchmark: bench NAME [ARGS] (`wattwise bench` alone lists every NAME)
 """
 
 
