@@ -12,6 +12,9 @@ is searched on its own traffic:
    target in every class of the pool (`fewest_replicas_meeting_slos`, bisecting up from the
    fluid count for the run's mean load), until `verify_top` have met (or `max_tries` ran);
 3. keep the one whose simulation drew the least energy.
+On a run longer than `SimConfig.provision_search_window_s` (2 h) the simulations cover its
+busiest such window (`sim.scenario.busiest_window`): a fixed fleet meeting the target at its
+peak meets it where the load is lower.
 A layout costs the sum of its pools; the cheapest layout whose pools all meet wins, or, if
 none does, the one whose worst class comes closest. The result runs as a StaticPolicy.
 """
@@ -29,7 +32,16 @@ from energy.calibration import default_perf_model
 from energy.capacity import CapacityModel, Load
 from sim.config import SimConfig
 from sim.metrics import attainment_by_class
-from sim.scenario import fewest_replicas_meeting_slos, held, layout, length_classes, mean_load, peak_load, pool_slo
+from sim.scenario import (
+    busiest_window,
+    fewest_replicas_meeting_slos,
+    held,
+    layout,
+    length_classes,
+    mean_load,
+    peak_load,
+    pool_slo,
+)
 from sim.simulator import PoolSetup
 from sim.workload import Workload
 
@@ -108,7 +120,7 @@ def verify(w: Workload, name: str, members: tuple[str, ...], candidate: Candidat
                                   mean_load(w, np.ones(len(w), dtype=bool)), slo.tbt_s) or 1
     setup = PoolSetup(name, members, candidate.tensor_parallel, candidate.clock_mhz, max(lowest, 1))
     setup = replace(setup, replicas=fewest_replicas_meeting_slos(w, setup, config, lengths, every_class=True))
-    raw = held(w, setup, config, lengths)
+    raw = held(busiest_window(w, config.provision_search_window_s), setup, config, lengths)
     return VerifiedPool(setup, float(raw.series.energy_j[-1]), min(attainment_by_class(raw.log).values()))
 
 

@@ -45,6 +45,11 @@ class SimConfig(BaseModel):
         "a simulation at max clock (a baseline that misses SLOs is no yardstick at equal SLO: "
         "the code trace's bursts broke one TP8 replica's TTFTs 40% of the time). 0: the fluid "
         "model's count alone."))
+    provision_search_window_s: float = Field(default=7200.0, gt=0, description=(
+        "A static pool's replicas are searched by simulating at most this much of its traffic: "
+        "the busiest such window of a longer run (a 24 h day's peak hours). A static fleet that "
+        "meets the target at its peak meets it where the load is lower, and each simulation of a "
+        "whole day costs minutes; the run itself still covers the whole workload."))
     price_per_gpu_hour: float | None = Field(default=None, ge=0, description=(
         "GPU cost (USD per GPU-hour) for the cost results; None: the GPU's list price."))
     squash_after_s: float | None = Field(default=None, gt=0, description=(

@@ -43,7 +43,7 @@ from sim.config import SimConfig
 from sim.metrics import attainment_by_class, slo_met
 from sim.simulator import PoolSetup, RawRun, Simulator
 from sim.splitwise import SplitwiseSimulator
-from sim.workload import Workload
+from sim.workload import Workload, window
 
 MAX_TP = 8
 log = logging.getLogger(__name__)
@@ -210,6 +210,16 @@ def meets_slos(w: Workload, setup: PoolSetup, config: SimConfig,
     return float(slo_met(log).mean()) >= config.provision_slo_target
 
 
+def busiest_window(w: Workload, window_s: float) -> Workload:
+    """`w` itself if it spans at most `window_s`, else the `window_s` of it holding the most
+    requests (a static fleet's SLOs are hardest there), re-based to start at 0."""
+    if len(w) == 0 or w.arrival_s[-1] - w.arrival_s[0] <= window_s:
+        return w
+    ends = np.searchsorted(w.arrival_s, w.arrival_s + window_s)
+    start = int(np.argmax(ends - np.arange(len(w))))
+    return window(w, float(w.arrival_s[start]), window_s)
+
+
 def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfig,
                                  lengths: LengthClassConfig = LengthClassConfig(), every_class: bool = False) -> int:
     """The fewest replicas, from `setup.replicas` up, that meet the SLO target on `w` (over all
@@ -221,6 +231,7 @@ def fewest_replicas_meeting_slos(w: Workload, setup: PoolSetup, config: SimConfi
            config.model_dump_json(), lengths.model_dump_json())
     if key in _FEWEST:
         return _FEWEST[key]
+    w = busiest_window(w, config.provision_search_window_s)
     most = max(config.cluster_gpus // setup.tensor_parallel, setup.replicas)
 
     def meets(n: int) -> bool:

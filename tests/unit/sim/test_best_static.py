@@ -13,9 +13,9 @@ from core.classes import LengthClassConfig
 from sim.best_static import Candidate, VerifiedPool, best_pool, ranked_candidates, search_best_static, verify
 from sim.config import SimConfig
 from sim.run import simulate
-from sim.scenario import layout, meets_slos
+from sim.scenario import busiest_window, layout, meets_slos
 from sim.simulator import PoolSetup
-from sim.workload import Workload, fit_context, load_trace, window
+from sim.workload import Workload, fit_context, load_trace, superpose, synthetic, window
 
 EVERYTHING = tuple(LengthClassConfig.names())
 CONFIG = SimConfig()
@@ -88,3 +88,13 @@ def test_best_static_runs_as_a_static_plan_and_meets_every_class():
     assert set(raw.pool_names) <= set(layout("single")) | set(layout("by_input"))
     for name in raw.pool_names:  # nothing moves a static plan
         assert len(set(raw.series.ready[name][1:])) <= 1 and len(set(np.round(raw.series.clock_mhz[name]))) <= 1
+
+
+def test_a_long_run_is_searched_on_its_busiest_window() -> None:
+    """A day's static fleet is sized on its peak hours: the window holding the most requests."""
+    rng = np.random.default_rng(0)
+    calm, busy = synthetic(0.2, 7200.0, rng), synthetic(2.0, 1800.0, rng)
+    w = superpose(calm, Workload(busy.arrival_s + 3600.0, busy.prompt_tokens, busy.output_tokens, busy.interactive))
+    peak = busiest_window(w, 1800.0)
+    assert peak.arrival_s[-1] <= 1800.0 and len(peak) >= len(busy)
+    assert busiest_window(peak, 1800.0) is peak  # short enough already
