@@ -33,7 +33,6 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "scaleinst": lambda **kw: ScaleInstPolicy(PoolPlanConfig(**kw)),
     "scaleshard": lambda ttft_s=None, **kw: ScaleShardPolicy(PoolPlanConfig(**kw), ttft_s),
     "scalefreq": lambda ttft_s=None, **kw: ScaleFreqPolicy(PoolPlanConfig(**kw), ttft_s),
-    "llumnix": lambda **kw: UtilisationPolicy(UtilisationConfig(**kw)),
     # Seed policies.
     "dynamollm": make_dynamollm,
     "throttllem": lambda **kw: ThrottllemAutoscaler(ThrottllemScalingConfig(**kw)),
@@ -46,11 +45,14 @@ POLICIES: dict[str, Callable[..., ControlPolicy]] = {
     "serve-autoscaler": lambda **kw: ServeAutoscalerPolicy(ServeAutoscalerConfig(**kw)),
     "sla-planner": lambda **kw: SlaPlannerPolicy(SlaPlannerConfig(**kw)),
 }
+# Other names for a registered policy: Chiron's and DynamoLLM's papers call the utilisation
+# autoscaler Llumnix's.
+ALIASES: dict[str, str] = {"llumnix": "utilisation"}
 
 
 def make_policy(name: str, **kwargs: Any) -> ControlPolicy:
     try:
-        factory = POLICIES[name]
+        factory = POLICIES[ALIASES.get(name, name)]
     except KeyError:
-        raise ValueError(f"unknown control policy {name!r}; known: {sorted(POLICIES)}") from None
+        raise ValueError(f"unknown control policy {name!r}; known: {sorted([*POLICIES, *ALIASES])}") from None
     return factory(**kwargs)
