@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 from collections.abc import Callable
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING
 
 from core.paths import SERVE_CONFIG
@@ -261,41 +261,19 @@ def _profile_ips_vllm(args) -> int:
     return 0
 
 
-BENCHES = {
-    "ingress": "bench.ingress_overhead:main",
-    "sim-speed": "bench.sim_speed:main",
-    "dynamollm-table": "bench.dynamollm_table:run",
-    "dynamollm": "bench.dynamollm:main",
-    "chiron": "bench.chiron:main",
-    "throttllem": "bench.throttllem:main",
-    "throttllem-engines": "bench.throttllem_engines:main",
-    "splitwise": "bench.splitwise:main",
-    "splitwise-serve": "bench.splitwise_serve:main",
-    "wattwise": "bench.wattwise:main",
-    "kv-transfer": "bench.kv_transfer:main",
-    "soak": "bench.soak:main",
-    "vllm-overhead": "bench.vllm_overhead:main",
-    "vllm-split": "bench.vllm_split:main",
-    "vllm-deadline-order": "bench.vllm_deadline_order:main",
-    "vllm-client": "bench.vllm_client:main",
-    "live-vs-sim": "bench.live_vs_sim:main",
-    "measured-speed": "bench.measured_speed:main",
-    "phase-split": "bench.phase_split_pool:main",
-    "batch-replicas": "bench.batch_replicas:main",
-    "shuffled-orders": "bench.shuffled_orders:main",
-    "cluster-cost": "bench.cluster_cost:main",
-    "model-check": "bench.model_check:main",
-    "robustness": "bench.robustness:main",
-    "clock-rate": "bench.clock_rate:main",
-}
+def _benches() -> dict[str, EntryPoint]:
+    """The benches, as they register themselves (pyproject's `wattwise.benches` entry points):
+    the CLI sits below bench/ in the layer contract and imports none of it by name."""
+    return {ep.name: ep for ep in entry_points(group="wattwise.benches")}
 
 
 def _bench(argv: list[str]) -> int:
-    if not argv or argv[0] not in BENCHES:
-        print(f"usage: wattwise bench {'|'.join(BENCHES)} [ARGS]", file=sys.stderr)
+    benches = _benches()
+    if not argv or argv[0] not in benches:
+        print(f"usage: wattwise bench {'|'.join(sorted(benches))} [ARGS]", file=sys.stderr)
         return 2
-    module, _, function = BENCHES[argv[0]].partition(":")
-    return getattr(importlib.import_module(module), function)(argv[1:])
+    run: Callable[[list[str]], int] = benches[argv[0]].load()
+    return run(argv[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
