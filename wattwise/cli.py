@@ -6,6 +6,7 @@ import os
 import sys
 from collections.abc import Callable
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from core.paths import SERVE_CONFIG
@@ -38,12 +39,20 @@ def _serve(argv: list[str]) -> int:
     import signal
     import subprocess
 
+    import yaml
+
+    from app.controller_layers import check_serve_file
     from wattwise.ingress_mode import DEFAULT_INGRESS
     from wattwise.local_serve import haproxy_pids, stop_haproxy
 
     config = str(SERVE_CONFIG)
     if argv[:1] == ["--config"] and len(argv) > 1:
         config, argv = argv[1], argv[2:]
+    try:
+        check_serve_file(yaml.safe_load(Path(config).read_text(encoding="utf-8")))
+    except ValueError as e:
+        print(f"{config}: {e}", file=sys.stderr)
+        return 2
     serve_bin = os.path.join(os.path.dirname(sys.executable), "serve")
     running_before = haproxy_pids()
     child = subprocess.Popen([serve_bin, "run", config, *argv], env={**os.environ, **DEFAULT_INGRESS.env},
