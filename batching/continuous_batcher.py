@@ -127,8 +127,6 @@ class BatcherConfig:
     block_size: int = 16
     kv_capacity_tokens: int | None = None  # default: what the model leaves free at this TP
     ewma_alpha: float = 0.2
-    # Arrival rates per length class are measured over this trailing window.
-    rate_window_s: float = 30.0
     # Interactive requests finished, and whether each met its SLO, over this trailing
     # window (the controller's SLO guard, autoscaling.slo_guard).
     slo_window_s: float = 60.0
@@ -285,7 +283,7 @@ class ContinuousBatcher:
         self.preemptions = 0
         self.completed = 0
         self.tokens_generated = 0
-        self._arrivals = ArrivalRates(config.rate_window_s)
+        self._arrivals = ArrivalRates()
         self._outcomes = SloOutcomes(config.slo_window_s)
 
     # ---- requests in and out -------------------------------------------------

@@ -5,9 +5,14 @@ from __future__ import annotations
 
 from collections import Counter, deque
 
+# The one window replicas measure arrival rates over. The planner reads a new pool's ramp from
+# it (its reported rates climb from zero over this long), so it is a constant, not two settings
+# that must agree.
+RATE_WINDOW_S = 30.0
+
 
 class ArrivalRates:
-    def __init__(self, window_s: float = 30.0) -> None:
+    def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         self.window_s = window_s
         self._arrivals: deque[tuple[float, str, bool]] = deque()
 

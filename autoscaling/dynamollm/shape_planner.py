@@ -38,6 +38,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
+from core.arrival_rates import RATE_WINDOW_S
 from core.classes import LengthClassConfig
 from core.replica_choice import DEFAULT_KV_HEADROOM
 from energy.profile import EnergyProfile
@@ -100,14 +101,11 @@ class ShapePlannerConfig(BaseModel):
         "near-ties without trading SLO on the benches (docs/one-controller.md)."))
     young_fold_cv: float | None = Field(default=0.3, gt=0, description=(
         "Pools one of which has under `bursty_lookback_s` of history newly fold only if their "
-        "summed interactive rate since their replicas' rate windows filled (`rate_window_s` "
+        "summed interactive rate since their replicas' rate windows filled (`RATE_WINDOW_S` "
         "after the first plan) varied at most this much (std over mean; silence has shown "
         "nothing): two minutes of conversation traffic vary 0.1-0.3 per pool, the coding "
         "trace's on/off minutes 0.7-0.9 (0.4-0.5 at twice its rate) before its long window "
         "calls them bursty. None: no such check."))
-    rate_window_s: float = Field(default=30.0, gt=0, description=(
-        "The replicas' arrival-rate window (ContinuousBatcher's `rate_window_s`): the ramp a "
-        "new pool's reported rates climb from zero over."))
     first_epoch_s: float = Field(default=120.0, ge=0, description=(
         "The first pool epoch (a TP change or a fold may happen) comes this long after the first "
         "plan: `warmup_s` of observed load first, then the shape the operator started with may "
@@ -444,7 +442,7 @@ class PoolShapePlanner:
         firsts = [self._first_planned_s.get(p, now_s) for p in pools]
         if cfg.young_fold_cv is None or now_s - max(firsts) >= cfg.bursty_lookback_s:
             return True
-        since_s = max(firsts) + cfg.rate_window_s
+        since_s = max(firsts) + RATE_WINDOW_S
         summed: dict[float, float] = {}
         for p in pools:
             for t, interactive, _ in self._history.get(p, ()):

@@ -27,6 +27,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from batching.hook_chains import AdmissionChain, ClockChain, PreemptionChain
+from core.arrival_rates import RATE_WINDOW_S
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
@@ -637,7 +638,7 @@ def test_young_pools_fold_only_on_load_that_has_shown_itself_steady(profile) -> 
         planner = PoolShapePlanner(profile, cfg, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
         t = 0.0
         while t <= end_s:
-            ramp = min(t / cfg.rate_window_s, 1.0)  # the replicas' rate windows fill from zero
+            ramp = min(t / RATE_WINDOW_S, 1.0)  # the replicas' rate windows fill from zero
             for pool, share in zip(pools, (0.3, 0.7), strict=True):
                 planner.planning_rates(pool, {"MM": ramp * share * rate_at(t)}, 0.0, t)
             t += 5.0
