@@ -35,7 +35,8 @@ from sim.workload import (
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="wattwise simulate", description=__doc__)
-    p.add_argument("--trace", default="conv", help="conv | code | PATH to a CSV like them | synthetic")
+    p.add_argument("--trace", default="conv",
+                   help="conv | code | mooncake | PATH to a CSV or JSONL like them | synthetic")
     p.add_argument("--start-s", type=float, default=0.0)
     p.add_argument("--duration-s", type=float, default=None, help="window of the trace (synthetic: its length)")
     p.add_argument("--time-scale", type=float, default=1.0, help="stretch the timeline by this factor")
@@ -69,7 +70,7 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
         w = synthetic(args.rate, args.duration_s or 3600.0, rng, cv=args.cv, lengths_from=lengths)
     else:
         if args.trace not in TRACES and not Path(args.trace).exists():
-            raise SystemExit(f"no trace {args.trace!r}: use conv, code, synthetic or a CSV path")
+            raise SystemExit(f"no trace {args.trace!r}: use conv, code, mooncake, synthetic or a CSV or JSONL path")
         w = window(load_trace(args.trace), args.start_s, args.duration_s)
     if args.time_scale != 1.0:
         w = scale_time(w, args.time_scale)

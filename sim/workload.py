@@ -1,4 +1,5 @@
-"""Workloads for the simulator: Azure traces (or any CSV like them) and synthetic ones.
+"""Workloads for the simulator: Azure traces (or any CSV like them), Mooncake's (or any
+JSONL like it) and synthetic ones.
 
 A workload is three aligned arrays (arrival time, prompt tokens, output tokens) plus
 a service class per request; every transform returns a new one and takes an explicit
@@ -7,6 +8,7 @@ numpy Generator, so a seed fixes the whole run.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -17,7 +19,11 @@ from core.paths import DATA
 
 # The checkout's data/ or, in an installed wheel, its package data (core.paths).
 TRACE_DIR = DATA / "azure"
-TRACES = {name: TRACE_DIR / f"AzureLLMInferenceTrace_{name}.csv" for name in ("conv", "code")}
+TRACES = {
+    **{name: TRACE_DIR / f"AzureLLMInferenceTrace_{name}.csv" for name in ("conv", "code")},
+    # Long prompts (15k-token mean, beyond most models' context: fit_context clips them).
+    "mooncake": DATA / "mooncake" / "synthetic_trace.jsonl",
+}
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,11 @@ def _parse_time(stamp: str) -> float:
 
 
 def load_trace(source: str | Path) -> Workload:
-    """A CSV with TIMESTAMP, ContextTokens, GeneratedTokens ('conv'/'code' name the shipped ones)."""
+    """A CSV with TIMESTAMP, ContextTokens, GeneratedTokens, or a JSONL like Mooncake's
+    ('conv'/'code'/'mooncake' name the shipped ones)."""
     path = TRACES.get(str(source), Path(source))
+    if path.suffix == ".jsonl":
+        return _load_jsonl(path)
     data = np.genfromtxt(path, delimiter=",", names=True, dtype=None, encoding="utf-8")
     stamps = np.array([_parse_time(s) for s in np.atleast_1d(data["TIMESTAMP"])])
     order = np.argsort(stamps, kind="stable")
@@ -60,6 +69,19 @@ def load_trace(source: str | Path) -> Workload:
     prompt = np.maximum(np.atleast_1d(data["ContextTokens"])[order].astype(np.int64), 1)
     output = np.maximum(np.atleast_1d(data["GeneratedTokens"])[order].astype(np.int64), 1)
     return Workload(arrival, prompt, output, np.ones(len(arrival), dtype=bool))
+
+
+def _load_jsonl(path: Path) -> Workload:
+    """Mooncake's trace format: one object a line with `timestamp` (ms), `input_length` and
+    `output_length` (tokens); other fields (its prefix hashes) are not modelled. Requests keep
+    the file's order at equal times (a conversation's turns)."""
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    stamps_s = np.array([row["timestamp"] for row in rows], dtype=float) / 1000.0
+    order = np.argsort(stamps_s, kind="stable")
+    arrival = stamps_s[order] - (stamps_s[order[0]] if len(rows) else 0.0)
+    prompt = np.maximum(np.array([row["input_length"] for row in rows], dtype=np.int64)[order], 1)
+    output = np.maximum(np.array([row["output_length"] for row in rows], dtype=np.int64)[order], 1)
+    return Workload(arrival, prompt, output, np.ones(len(rows), dtype=bool))
 
 
 def window(w: Workload, start_s: float = 0.0, duration_s: float | None = None) -> Workload:

@@ -34,6 +34,20 @@ def test_trace_loads_sorted_from_zero():
     assert 3400 < w.duration_s < 3600
 
 
+def test_the_mooncake_trace_loads_long_prompts_in_its_order(tmp_path):
+    w = load_trace("mooncake")
+    assert len(w) == 3993 and w.arrival_s[0] == 0 and (np.diff(w.arrival_s) >= 0).all()
+    assert 1000 < w.duration_s < 1030 and w.prompt_tokens.mean() > 15000
+    fitted = fit_context(w, 8192)
+    assert (fitted.prompt_tokens + fitted.output_tokens <= 8192).all()
+    # Any JSONL like it: milliseconds from any start, requests at one time kept in file order.
+    path = tmp_path / "t.jsonl"
+    path.write_text("\n".join(json.dumps({"timestamp": t, "input_length": i, "output_length": 5, "hash_ids": []})
+                               for t, i in ((5000, 10), (5000, 20), (4000, 30))) + "\n")
+    mine = load_trace(path)
+    assert mine.arrival_s.tolist() == [0.0, 1.0, 1.0] and mine.prompt_tokens.tolist() == [30, 10, 20]
+
+
 def test_window_time_and_rate_scaling():
     rng = np.random.default_rng(0)
     w = window(load_trace("conv"), 600, 300)
