@@ -245,6 +245,16 @@ class AppConfig(BaseModel):
     splitwise: SplitwiseServeConfig = Field(default=SplitwiseServeConfig(), description="Splitwise's phase split; in effect when the pools have phases.")
     pool_overflow: PoolOverflowConfig = Field(default=PoolOverflowConfig(), description="In a burst, an interactive request whose length pool is backed up tries the other serving pools first (app.pool_overflow); pools of Chiron's replica kinds or Splitwise's phases route by their own rules instead.")
 
+    tool_call_parser: str | None = Field(default=None, description=(
+        "vLLM's tool call parser by its name (vLLM's --tool-call-parser: hermes, pythonic, llama3_json, ...): "
+        "chat requests with `tools` and a tool_choice other than \"none\" are constrained and parsed by it, as "
+        "vLLM's server with --enable-auto-tool-choice does. None: such requests get a 400 naming tool_choice. "
+        "Needs vLLM pools."))
+    model_apps: list[str] = Field(default_factory=list, description=(
+        "Other Serve apps of the cluster whose models this app's /v1 serves too: a request naming one of "
+        "their models (or LoRA adapters) is handed to that app's ingress, and /v1/models lists them. Needs "
+        "a gateway (gateway_replicas > 0)."))
+
     # ---- reliability (deployments.resume) ----
     max_retries: int = Field(default=2, ge=0, le=5, description="A request whose replica fails is retried at most this often: streams resume where they stopped, other requests start over; then a 503 with Retry-After.")
 
@@ -310,7 +320,16 @@ class AppConfig(BaseModel):
         return phase_engine(engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
 
     def _check_engines(self) -> None:
-        """Unknown model or GPU names would otherwise fail in a replica, after start."""
+        """Unknown model or GPU names would otherwise fail in a replica, after start; the
+        API's options must hold in whichever pool serves a request."""
+        adapters = {tuple(getattr(p.engine, "lora_adapters", [])) for p in self.pools}
+        if len(adapters) > 1:
+            raise ValueError("pools[].engine.lora_adapters: every pool must serve the same adapters (a request "
+                             "may go to any pool)")
+        if self.tool_call_parser is not None and self.modelled:
+            raise ValueError("tool_call_parser: needs every pool on vLLM (the modelled engine makes no tool calls)")
+        if self.model_apps and not self.gateway_replicas:
+            raise ValueError("model_apps: needs a gateway (gateway_replicas > 0), which hands requests to each app")
         for i, pool in enumerate(self.pools):
             engine = pool.engine
             sim = engine if isinstance(engine, SimEngineConfig) else None
@@ -370,6 +389,21 @@ class AppConfig(BaseModel):
         if self.phase_split:  # Splitwise: the coordinator places both phases of every request
             return dict.fromkeys(LengthClassConfig.names(), next(p.deployment_name for p in self.pools if p.phase is Phase.PROMPT))
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
+
+    @property
+    def modelled(self) -> bool:
+        """Some pool runs the modelled engine (placeholder tokens): the API refuses what only a
+        real engine honours (core.sampling.unmodelled)."""
+        return any(isinstance(p.engine, SimEngineConfig) for p in self.pools)
+
+    @property
+    def adapters(self) -> list[str]:
+        """The LoRA adapters every pool serves, by name (requests name them as `model`)."""
+        return [a.name for a in getattr(self.pools[0].engine, "lora_adapters", [])]
+
+    def served_models(self) -> list[str]:
+        """The names a request's `model` may take: the app's model and its adapters."""
+        return [self.model_name, *self.adapters]
 
     @property
     def max_context_tokens(self) -> int:

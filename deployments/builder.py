@@ -11,6 +11,7 @@ replica context, the plan follower, the ingress handle) and add Serve's hooks, a
 
 from __future__ import annotations
 
+import functools
 import os
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from core.roles import BATCH_QUEUE_DEPLOYMENT
 from deployments.batch_queue import BatchQueue
-from deployments.gateway import Gateway
+from deployments.gateway import Gateway, ModelRoutes, OtherApp, StartExchange
 from deployments.ingress import Ingress
 from deployments.kv_router import STATS_PERIOD_S
 from deployments.metrics import GatewayMetrics
@@ -80,12 +81,30 @@ class _HttpIngress(_ServedIngress):
         return self.http_app()
 
 
-class _ServedGateway(Gateway):
-    """The gateway in Serve: each request goes to an ingress replica Serve's router picks."""
+def _starter(ingress: DeploymentHandle) -> StartExchange:
+    streaming = ingress.options(stream=True)
+    return lambda http: streaming.exchange.remote(http)
 
-    def __init__(self, ingress: DeploymentHandle, max_body_bytes: int, failover_s: float) -> None:
-        streaming = ingress.options(stream=True)
-        super().__init__(lambda http: streaming.exchange.remote(http), max_body_bytes, failover_s, GatewayMetrics())
+
+def _other_app(app: str) -> OtherApp:
+    """Another app's ingress (AppConfig.model_apps), found by name when first used: the
+    apps of one config deploy side by side, so it may not exist when this one starts."""
+    ingress = functools.cache(lambda: serve.get_deployment_handle("Ingress", app))
+
+    async def models() -> list[str]:
+        return [card["id"] for card in await ingress().model_cards.remote()]
+
+    return OtherApp(lambda http: _starter(ingress())(http), models)
+
+
+class _ServedGateway(Gateway):
+    """The gateway in Serve: each request goes to an ingress replica Serve's router picks,
+    of this app or of the app serving the request's model."""
+
+    def __init__(self, ingress: DeploymentHandle, max_body_bytes: int, failover_s: float,
+                 models: list[str] | None = None, model_apps: list[str] | None = None) -> None:
+        routes = ModelRoutes(_starter(ingress), models or [], {app: _other_app(app) for app in model_apps or []})
+        super().__init__(routes, max_body_bytes, failover_s, GatewayMetrics())
 
 
 # A Batch API upload's form: the file plus its fields and boundaries.
@@ -198,4 +217,5 @@ def build_app(args: dict[str, Any]) -> Application:
         max_ongoing_requests=config.ingress_max_ongoing_requests * config.ingress_replicas,
         num_replicas=config.gateway_replicas,
     )
-    return gateway.bind(served, config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s)
+    return gateway.bind(served, config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s,
+                        config.served_models(), config.model_apps)

@@ -40,9 +40,11 @@ from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChange
 from engines.step_energy import StepEnergy
 from engines.vllm_clock import VllmClock
 from engines.vllm_config import KvTransferConfig, VllmEngineConfig
+from engines.vllm_lora import LoraAdapters
 from engines.vllm_placement import held_gpu_ids
 from engines.vllm_resume import Continuation
 from engines.vllm_running_batch import VllmRunningBatch
+from engines.vllm_sampling import token_logprobs
 from engines.vllm_stats import VllmStatsTracker, VllmStep
 from engines.vllm_step_speed import VllmStepSpeed
 
@@ -89,10 +91,19 @@ def cpu_threads_bind(tensor_parallel: int, cpus: list[int]) -> str:
 
 
 def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) -> Any:
+    """vLLM's engine arguments: the config's fields, then its engine_kwargs unchanged."""
     from vllm.config import KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    unknown = sorted(set(config.engine_kwargs) - known)
+    if unknown:
+        raise ValueError(f"engine_kwargs.{unknown[0]}: not an argument of vLLM's engine (AsyncEngineArgs)")
+    extra: dict[str, Any] = dict(config.engine_kwargs)
+    if config.lora_adapters:
+        extra["enable_lora"] = True
     return AsyncEngineArgs(
+        **extra,
         model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype, seed=config.seed,
         tensor_parallel_size=config.tensor_parallel, distributed_executor_backend=config.executor_backend,
         max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs,
@@ -141,6 +152,7 @@ class VllmEngine:
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
+        self.adapters = LoraAdapters(config.lora_adapters)
         self.gate = AdmissionGate(config.batch_limit, by_deadline=config.prefill_by_ttft_deadline)
         throttllem = config.throttllem
         # throttLL'eM's perf model, which is also the planner's for these GPUs.
@@ -397,13 +409,16 @@ class VllmEngine:
         vllm_id = run.vllm_request_id
         self._vllm_ids[rid] = vllm_id
         stream = self.llm.generate(run.prompt(), run.sampling(), request_id=vllm_id,
-                                   priority=self._vllm_priority(request))
+                                   priority=self._vllm_priority(request), lora_request=self.adapters.lora(request),
+                                   tokenization_kwargs={"add_special_tokens": request.add_special_tokens})
         finished = False
         try:
             async for out in stream:
                 now = time.time()
                 completion = out.outputs[0]
+                first_output = run.prompt_ids is None
                 n = run.add(out, now)
+                tokens = self._tokens(run, out, n, first_output)
                 self._pending[rid] = [0, run.remaining]
                 self.running_batch.advance(rid, run.generated, run.first_s)
                 finished = out.finished
@@ -419,10 +434,11 @@ class VllmEngine:
                         max_tbt_s=run.max_tbt_s, preemptions=run.preemptions,
                     )
                     self._preempting.discard(rid)  # finished before its preemption took effect
-                    yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
+                    yield dataclasses.replace(tokens, finish_reason=completion.finish_reason, usage=usage,
+                                              stop_reason=completion.stop_reason)
                     return
-                if n:
-                    yield GenerationChunk(completion.text, n)
+                if n or tokens.prompt_logprobs is not None:
+                    yield tokens
                 if out.finished or rid in self._preempting:
                     if rid not in self._preempting:
                         raise RuntimeError(f"vLLM aborted request {vllm_id} on its own")
@@ -432,6 +448,21 @@ class VllmEngine:
             if not finished:
                 await stream.aclose()
                 await self.llm.abort(vllm_id)
+
+    def _tokens(self, run: Continuation, out: Any, n: int, first_output: bool) -> GenerationChunk:
+        """One DELTA output's new text, token ids and, when asked for, their logprobs (and,
+        in a request's first output, its prompt's)."""
+        completion = out.outputs[0]
+        ids = tuple(run.generated_ids[len(run.generated_ids) - n:])
+        decode = self._decode_token
+        logprobs = None if completion.logprobs is None else token_logprobs(ids, completion.logprobs, decode)
+        prompt = None
+        if first_output and out.prompt_logprobs is not None and run.preemptions == 0:
+            prompt = token_logprobs(out.prompt_token_ids, out.prompt_logprobs, decode)
+        return GenerationChunk(completion.text, n, token_ids=ids, logprobs=logprobs, prompt_logprobs=prompt)
+
+    def _decode_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
 
     async def prefill(self, request: Request) -> int:
         """Prompt phase only (Splitwise prompt replica) with a connector that moves the KV
