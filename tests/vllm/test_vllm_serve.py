@@ -257,7 +257,8 @@ def _answer(choice: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(("route", "body", "quirks"), PARITY, ids=[
-    f"{route.rsplit('/', 1)[-1]}:" + ",".join(k for k in body if k not in ("prompt", "messages", "max_tokens"))
+    ("chat:" if "chat" in route else "text:") + ",".join(k for k in body if k not in ("prompt", "messages",
+                                                                                      "max_tokens"))
     for route, body, _ in PARITY])
 def test_answers_as_vllms_own_server(served: LocalServe, vllm_url: str, route: str, body: dict[str, Any],
                                      quirks: set[str]) -> None:
