@@ -32,8 +32,6 @@ class PromptTokenizer(Protocol):
         """Each id's token as the vocabulary writes it (vLLM's /tokenize `token_strs`)."""
         ...
 
-    def count(self, prompt: str, add_special_tokens: bool = True) -> int: ...
-
 
 class SimPrompts:
     """Prompt text as is, counted like the sim engine counts it."""
@@ -52,9 +50,6 @@ class SimPrompts:
 
     def token_strs(self, ids: list[int]) -> list[str]:
         return [self.counter.decode([i]) for i in ids]
-
-    def count(self, prompt: str, add_special_tokens: bool = True) -> int:
-        return self.counter.count(prompt)
 
 
 class HfPrompts:
@@ -86,9 +81,6 @@ class HfPrompts:
 
     def token_strs(self, ids: list[int]) -> list[str]:
         return list(self.tokenizer.convert_ids_to_tokens(ids))
-
-    def count(self, prompt: str, add_special_tokens: bool = True) -> int:
-        return max(len(self.encode(prompt, add_special_tokens)), 1)
 
 
 def _vllm_tokenizer(config: AppConfig) -> str | None:

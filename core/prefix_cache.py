@@ -15,7 +15,7 @@ Pure: no clock, no I/O.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 
 
 def block_hashes(token_ids: Sequence[int], block_tokens: int) -> tuple[int, ...]:
@@ -30,9 +30,9 @@ def block_hashes(token_ids: Sequence[int], block_tokens: int) -> tuple[int, ...]
     return tuple(out)
 
 
-def chained(ids: Iterable[int]) -> tuple[int, ...]:
+def chained(ids: Iterable[Hashable]) -> tuple[int, ...]:
     """Block ids whose equality means equal content, but which are not chained (Mooncake's
-    `hash_ids`) as chained hashes: equal only where the whole prefix is equal."""
+    `hash_ids`, a generator's) as chained hashes: equal only where the whole prefix is equal."""
     out: list[int] = []
     parent = 0
     for block in ids:

@@ -33,6 +33,9 @@ class Request:
     add_special_tokens: bool = True
     # A LoRA adapter of the engine's (by its served name) to generate with; None: the base model.
     adapter: str | None = None
+    # The prompt's prefix blocks, chained hashes (core.prefix_cache): what prefix caches hold
+    # of it and prefix-aware routers rank replicas by. Empty: not hashed (no prefix routing).
+    prefix_hashes: tuple[int, ...] = ()
     # Overflow between pools (app.pool_overflow): a replica with more prompt tokens than this
     # still to prefill refuses the request at arrival, and the router tries its next pool.
     # None: the request queues wherever it is sent.

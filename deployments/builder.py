@@ -38,6 +38,7 @@ from deployments.splitwise_coordinator import SplitwiseCoordinator
 from engines.factory import make_engine
 
 ROUTERS = {"kv_aware": "deployments.kv_router:KvAwareRouter",
+           "prefix_aware": "deployments.kv_router:PrefixAwareRouter",
            "token_balanced": "deployments.token_router:TokenBalancedRouter"}
 PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
 
@@ -116,18 +117,18 @@ HttpIngressDeployment = serve.deployment(name="Ingress")(serve.ingress()(_HttpIn
 GatewayDeployment = serve.deployment(name="Gateway")(_ServedGateway)
 
 
-def _pool_deployments(pool: PoolConfig, stream_flush_s: float) -> dict[str, Application]:
+def _pool_deployments(pool: PoolConfig, config: AppConfig) -> dict[str, Application]:
     """The pool's deployments: one, or for a shadow-TP pool one per TP option, the
     engine's own TP as `pool-<name>` and the others starting at 0 replicas."""
     by_tp = pool.deployments_by_tp()
     if len(by_tp) == 1:
-        return {pool.deployment_name: _pool_deployment(pool, stream_flush_s)}
-    return {name: _pool_deployment(pool, stream_flush_s, tp, ShadowPool(
+        return {pool.deployment_name: _pool_deployment(pool, config)}
+    return {name: _pool_deployment(pool, config, tp, ShadowPool(
         pool.deployment_name, by_tp, pool.autoscaling.min_replicas, pool.autoscaling.max_replicas))
             for tp, name in by_tp.items()}
 
 
-def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = None,
+def _pool_deployment(pool: PoolConfig, config: AppConfig, tp: int | None = None,
                      shadow: ShadowPool | None = None) -> Application:
     """One deployment of the pool, its engine at TP `tp` (the engine's own if None)."""
     tp = pool.engine.tensor_parallel if tp is None else tp
@@ -138,6 +139,9 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     if router is not None:
         routing["request_router_config"] = {"request_router_class": router,
                                             "request_routing_stats_period_s": STATS_PERIOD_S}
+        if pool.request_router == "prefix_aware" and config.prefix_cache is not None:
+            routing["request_router_config"]["request_router_kwargs"] = {
+                "block_tokens": config.prefix_cache.block_tokens, **config.prefix_cache.affinity.model_dump()}
     bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
     if shadow is not None:
         # Any of the pool's deployments may be emptied by a rollout; the pool's own bounds
@@ -146,7 +150,8 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
         initial = scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
         bounds = {"min_replicas": 0, "initial_replicas": initial if primary else 0,
                   "policy": {"policy_kwargs": {SHADOW_KEY: shadow.entry(tp)}}}
-    engine = pool.engine.model_copy(update={"tensor_parallel": tp})
+    prefix = {"prefix_block_tokens": config.prefix_cache.block_tokens} if config.prefix_cache is not None else {}
+    engine = pool.engine.model_copy(update={"tensor_parallel": tp, **prefix})
     # GPUs, or a TP placement group, as the pool's engine needs
     from engines.vllm_placement import replica_resources
 
@@ -166,7 +171,7 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
             "downscale_delay_s": 0,
         },
         **routing,
-    ).bind(pool.name, _engine_config(pool, engine), stream_flush_s,
+    ).bind(pool.name, _engine_config(pool, engine), config.stream_flush_s,
            pool.local_autoscaler.model_dump() if pool.local_autoscaler else None)
 
 
@@ -192,7 +197,7 @@ def _batch_queue(config: AppConfig) -> Application:
 def build_app(args: dict[str, Any]) -> Application:
     """`serve run serve_config.yaml` entry point: args are validated as AppConfig."""
     config = AppConfig.model_validate(args or {}).resolved()
-    pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config.stream_flush_s).items()}
+    pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config).items()}
     if len(pools) != sum(len(p.deployments_by_tp()) for p in config.pools):
         names = [name for p in config.pools for name in p.deployments_by_tp().values()]
         raise ValueError(f"pools[].tensor_parallel_options: deployment names collide ({names}); rename a pool whose "

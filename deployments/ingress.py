@@ -48,6 +48,7 @@ from app.prompt_tokenizer import prompt_tokenizer, tool_parsing
 from app.route import WeightedRouter
 from app.sampling import sampling_of
 from core.plan import ClusterPlan
+from core.prefix_cache import block_hashes
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
@@ -391,7 +392,8 @@ class Ingress:
         prompt = self.prompts.render(body, prompt)
         # vLLM's server tokenizes a chat template's text without adding special tokens (it has its own)
         add_special_tokens = not isinstance(body, ChatCompletionRequest)
-        prompt_tokens = self.prompts.count(prompt, add_special_tokens)
+        ids = self.prompts.encode(prompt, add_special_tokens)
+        prompt_tokens = max(len(ids), 1)
         context = self.config.max_context_tokens
         requested = getattr(body, "requested_max_tokens", body.max_tokens)
         if prompt_tokens >= context:
@@ -418,6 +420,8 @@ class Ingress:
             raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
         request.prompt_text, request.sampling, request.add_special_tokens = prompt, sampling, add_special_tokens
         request.adapter = None if body.model == self.config.model_name else body.model
+        if self.config.prefix_cache is not None and request.adapter is None:  # an adapter's KV is its own
+            request.prefix_hashes = block_hashes(ids, self.config.prefix_cache.block_tokens)
         return request, pool
 
     async def _call(self, response: Awaitable[Reply]) -> ReplicaChunk:

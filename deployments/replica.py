@@ -26,7 +26,7 @@ from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
-from deployments.kv_router import occupancy_stats
+from deployments.kv_router import MAX_REPORTED_BLOCKS, PREFIX_BLOCKS_STAT, occupancy_stats
 from deployments.messages import Prefilled, Refusal, ReplicaChunk, Reply, Shed, Squashed
 from deployments.metrics import ReplicaMetrics
 from deployments.token_router import PENDING_TOKENS_STAT
@@ -272,11 +272,14 @@ class LLMReplica:
         self.metrics.record_stats(stats, self.applied_clock_mhz if self.gpu_ids else stats.clock_mhz)
         return stats.to_metrics()
 
-    def record_routing_stats(self) -> dict[str, float]:
-        """What the pool's request routers read (deployments.kv_router, deployments.token_router)."""
+    def record_routing_stats(self) -> dict[str, Any]:
+        """What the pool's request routers read (deployments.kv_router, deployments.token_router):
+        counts as floats, and the prefix blocks it holds (most recent first, at most
+        MAX_REPORTED_BLOCKS)."""
         stats = self.engine.stats()
         return {PENDING_TOKENS_STAT: float(stats.pending_prompt_tokens + stats.pending_decode_tokens),
-                **occupancy_stats(stats.occupancy())}
+                **occupancy_stats(stats.occupancy()),
+                PREFIX_BLOCKS_STAT: self.engine.prefix_blocks()[:MAX_REPORTED_BLOCKS]}
 
     async def shutdown(self) -> None:
         """Release the GPUs' clocks, then stop the engine (Serve calls this as the replica

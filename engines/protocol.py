@@ -111,6 +111,11 @@ class Engine(Protocol):
 
     def stats(self) -> ReplicaStats: ...
 
+    def prefix_blocks(self) -> list[int]:
+        """The prompt prefix blocks (core.prefix_cache hashes) it holds, the most recently used
+        first: what prefix-aware routers rank it by. Empty without the app's prefix_cache."""
+        ...
+
     def set_batch_limit(self, limit: int) -> None: ...
 
     def min_tbt_slo_s(self) -> float | None:

@@ -99,6 +99,7 @@ class SimEngine:
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
                 clock_forward_period_s=config.overheads.clock_forward_period_s,
                 clock_change_s=config.overheads.clock_change_s,
+                prefix_block_tokens=config.prefix_block_tokens,
             ),
         )
         # Every paper's hooks run as ordered chains: none replaces another's.
@@ -129,6 +130,11 @@ class SimEngine:
     def stats(self) -> ReplicaStats:
         self._take_over()
         return self.batcher.stats(self._clock())
+
+    def prefix_blocks(self) -> list[int]:
+        """The prefix blocks its cache holds, the most recently used first."""
+        cache = self.batcher.prefix_cache
+        return [] if cache is None else cache.held()
 
     def set_batch_limit(self, limit: int) -> None:
         self.batcher.set_batch_limit(limit)

