@@ -60,7 +60,7 @@ class PrefixAffinity(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    imbalance_requests: float = Field(default=8.0, ge=0, description=(
+    imbalance_requests: float = Field(default=4.0, ge=0, description=(
         "A replica with more requests than this above the least loaded replica with room wins by "
         "no prefix (Ray Serve LLM's imbalanced_threshold, per replica)."))
     min_match: float = Field(default=0.1, ge=0, le=1, description=(

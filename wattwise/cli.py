@@ -287,6 +287,7 @@ BENCHES = {
     "model-check": "bench.model_check:main",
     "robustness": "bench.robustness:main",
     "clock-rate": "bench.clock_rate:main",
+    "prefix": "bench.prefix_routing:main",
 }
 
 
