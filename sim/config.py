@@ -10,6 +10,8 @@ from app.config import BatchApiConfig
 from core.overheads import OverheadTable
 from core.replica_choice import PrefixAffinity
 
+ReplicaRouter = Literal["kv_aware", "prefix_aware", "pow2", "oracle"]
+
 
 class SimConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -60,7 +62,7 @@ class SimConfig(BaseModel):
     length_error_p95: float = Field(default=0.0, ge=0, description=(
         "p95 relative error of the \"noisy\" predictions (throttLL'eM §V-D: 0.15, 0.30)."))
     length_error_seed: int = Field(default=0, description="Seed of the \"noisy\" predictions' noise.")
-    replica_router: Literal["kv_aware", "prefix_aware", "pow2", "oracle"] = Field(default="kv_aware", description=(
+    replica_router: ReplicaRouter = Field(default="kv_aware", description=(
         "How a pool's request picks its replica: \"kv_aware\" the KV-room rank (core.replica_choice, the "
         "Serve pools' default router); \"prefix_aware\" that rank after the replicas holding the prompt's "
         "prefix within the load bound (`prefix_affinity`); \"pow2\" Serve's default router (the shorter queue "

@@ -186,3 +186,14 @@ def test_mooncakes_blocks_and_multi_turn_conversations_share_prefixes():
     # Some turns extend an earlier prompt: all of its blocks begin theirs.
     earlier = {p for p in turns.prefix if len(p) > 2}
     assert any(p[:len(q)] == q for p in turns.prefix for q in earlier if len(q) < len(p))
+
+
+def test_cli_turns_a_trace_into_conversations_only_when_asked(tmp_path):
+    """`--multi-turn` gives conv's requests prefixes the replicas cache; without it none is cached."""
+    hit = {}
+    for extra in ([], ["--multi-turn", "--router", "prefix_aware"]):
+        out = tmp_path / "r.json"
+        assert main(["--trace", "conv", "--duration-s", "60", "--policy", "singlepool", "--no-oracle",
+                     "--json", str(out), *extra]) == 0
+        hit[bool(extra)] = json.loads(out.read_text())[0]["prefix_hit_rate"]
+    assert hit[False] == 0 and hit[True] > 0.1, hit
