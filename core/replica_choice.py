@@ -12,14 +12,24 @@ group by the prompt tokens still to prefill, then by requests. The headroom is t
 DynamoLLM planner's (`ShapePlannerConfig.kv_headroom`): the share of the cache it sizes a
 replica's steady batch to, beyond which throttLL'eM's clock also runs flat out.
 
+With prefix affinity (a pool whose router is "prefix_aware"), replicas holding more of the
+prompt's prefix blocks come first: a prefill skipped is time and energy not spent. Bounded by
+load, as Ray Serve LLM's PrefixCacheAffinityRouter bounds it: only replicas with room and at
+most `imbalance_requests` more requests than the least loaded one with room may win by
+affinity, and only for a match of at least `min_match` of the prompt; the rest, and ties,
+go by the KV-room rank above. So no replica takes everything because it holds a popular prefix.
+
 Both runtimes rank with this function: the simulator's dispatch (sim.simulator) and the
 Serve pools' request router (deployments.kv_router). Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field
 
 DEFAULT_KV_HEADROOM = 0.8  # also the planner's kv_headroom and throttLL'eM's kv_pressure_share by default
 
@@ -32,6 +42,7 @@ class ReplicaOccupancy:
     pending_prompt_tokens: float  # prompt tokens it has still to prefill: the work ahead of a new prompt
     kv_tokens_used: float  # tokens its KV cache holds, plus the prompts it has still to prefill
     kv_tokens_total: float  # its KV cache's capacity in tokens (inf: not reported yet)
+    cached_prompt_tokens: float = 0.0  # of the prompt being routed, what it holds (its prefix blocks)
 
     @classmethod
     def of(cls, requests: int, kv_blocks_used: int, kv_blocks_total: int, block_size: int,
@@ -44,9 +55,35 @@ class ReplicaOccupancy:
         return self.kv_tokens_used + prompt_tokens <= kv_headroom * self.kv_tokens_total
 
 
+class PrefixAffinity(BaseModel):
+    """How far prefix affinity may pull a request away from the least loaded replica."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    imbalance_requests: float = Field(default=4.0, ge=0, description=(
+        "A replica with more requests than this above the least loaded replica with room wins by "
+        "no prefix (Ray Serve LLM's imbalanced_threshold, per replica)."))
+    min_match: float = Field(default=0.1, ge=0, le=1, description=(
+        "The least share of the prompt a replica must hold to win by it (Ray Serve LLM's "
+        "match_rate_threshold)."))
+
+    @classmethod
+    def unbounded(cls) -> PrefixAffinity:
+        """The most cached prefix wins whatever the load: the hit rate's upper reference."""
+        return cls(imbalance_requests=math.inf, min_match=0.0)
+
+
 def rank_replicas(replicas: Sequence[ReplicaOccupancy], prompt_tokens: int,
-                  kv_headroom: float = DEFAULT_KV_HEADROOM) -> list[int]:
-    """Replica indices best first: room for the prompt below the headroom first, then the
-    least prompt work ahead of it, then fewest requests, then index (a stable order)."""
-    return sorted(range(len(replicas)), key=lambda i: (not replicas[i].has_room(prompt_tokens, kv_headroom),
-                                                       replicas[i].pending_prompt_tokens, replicas[i].requests, i))
+                  kv_headroom: float = DEFAULT_KV_HEADROOM, affinity: PrefixAffinity | None = None) -> list[int]:
+    """Replica indices best first: with `affinity`, the replicas it lets win by the prompt's
+    cached prefix, most cached first; then room for the prompt below the headroom, the least
+    prompt work ahead of it, fewest requests, index (a stable order)."""
+    room = [r.has_room(prompt_tokens, kv_headroom) for r in replicas]
+    won = [0.0] * len(replicas)
+    if affinity is not None and prompt_tokens > 0:
+        least = min((r.requests for r, ok in zip(replicas, room, strict=True) if ok), default=0)
+        won = [r.cached_prompt_tokens if ok and r.requests <= least + affinity.imbalance_requests
+               and r.cached_prompt_tokens >= affinity.min_match * prompt_tokens else 0.0
+               for r, ok in zip(replicas, room, strict=True)]
+    return sorted(range(len(replicas)), key=lambda i: (-won[i], not room[i], replicas[i].pending_prompt_tokens,
+                                                       replicas[i].requests, i))

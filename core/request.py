@@ -28,6 +28,14 @@ class Request:
     # What a real engine needs to generate (the sim engine only counts tokens).
     prompt_text: str = ""
     sampling: Sampling = Sampling()
+    # Whether the engine adds the tokenizer's special tokens (BOS) to prompt_text: a
+    # completion's prompt yes, a chat template's rendering no (it has its own), as vLLM's server.
+    add_special_tokens: bool = True
+    # A LoRA adapter of the engine's (by its served name) to generate with; None: the base model.
+    adapter: str | None = None
+    # The prompt's prefix blocks, chained hashes (core.prefix_cache): what prefix caches hold
+    # of it and prefix-aware routers rank replicas by. Empty: not hashed (no prefix routing).
+    prefix_hashes: tuple[int, ...] = ()
     # Overflow between pools (app.pool_overflow): a replica with more prompt tokens than this
     # still to prefill refuses the request at arrival, and the router tries its next pool.
     # None: the request queues wherever it is sent.

@@ -68,6 +68,13 @@ class ReplicaStats:
     # order (vLLM's default scheduler), or nothing measured yet. A float,
     # not None: Serve carries replica stats as flat floats.
     deadline_prefill_step_s: float = 0.0
+    # Prompt tokens of the requests it started since its start, and of those, what its prefix
+    # cache held (prefill it skipped): the planner counts the pool's hit rate in its capacity.
+    prompt_tokens_started: int = 0
+    prompt_tokens_cached: int = 0
+    # Its steps' time over that time plus the prefill its cache hits skipped (as the perf model
+    # costs it): the share of the profile's work per request it does. 1.0: no hits (or unknown).
+    prefix_work_ratio: float = 1.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
     # Interactive requests finished per length class over a trailing window, and those of

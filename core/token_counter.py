@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import gzip
 import logging
+import zlib
 from pathlib import Path
 from typing import Protocol
 
@@ -29,6 +30,14 @@ class TokenCounter(Protocol):
 
     def count(self, text: str) -> int:
         """Tokens in `text` (at least 1: an empty prompt still costs a step)."""
+        ...
+
+    def encode(self, text: str) -> list[int]:
+        """`text`'s token ids (what /tokenize answers and prefix routing hashes)."""
+        ...
+
+    def decode(self, ids: list[int]) -> str:
+        """The text of token ids; ValueError where the counter cannot (the word fallback)."""
         ...
 
 
@@ -45,8 +54,14 @@ class BpeTokenCounter:
         self.name = f"bpe:{path.name.removesuffix('.gz').removesuffix('.json')}"
 
     def count(self, text: str) -> int:
+        return max(len(self.encode(text)), 1)
+
+    def encode(self, text: str) -> list[int]:
         # Special tokens as the client's tokenizer(prompt) adds them (none for SmolLM2).
-        return max(len(self._tokenizer.encode(text, add_special_tokens=True).ids), 1)
+        return list(self._tokenizer.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids: list[int]) -> str:
+        return str(self._tokenizer.decode(ids, skip_special_tokens=False))
 
 
 class WordTokenCounter:
@@ -56,6 +71,12 @@ class WordTokenCounter:
 
     def count(self, text: str) -> int:
         return max(len(text.split()), 1)
+
+    def encode(self, text: str) -> list[int]:
+        return [zlib.crc32(word.encode("utf-8", "replace")) for word in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        raise ValueError("the whitespace-word fallback counter cannot decode token ids")
 
 
 def load_token_counter(path: Path = TOKENIZER_FILE) -> TokenCounter:

@@ -11,6 +11,7 @@ replica context, the plan follower, the ingress handle) and add Serve's hooks, a
 
 from __future__ import annotations
 
+import functools
 import os
 from functools import partial
 from typing import Any
@@ -26,7 +27,7 @@ from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool
 from core.roles import BATCH_QUEUE_DEPLOYMENT
 from deployments.batch_queue import BatchQueue
-from deployments.gateway import Gateway
+from deployments.gateway import Gateway, ModelRoutes, OtherApp, StartExchange
 from deployments.ingress import Ingress
 from deployments.kv_router import STATS_PERIOD_S
 from deployments.metrics import GatewayMetrics
@@ -37,6 +38,7 @@ from deployments.splitwise_coordinator import SplitwiseCoordinator
 from engines.factory import make_engine
 
 ROUTERS = {"kv_aware": "deployments.kv_router:KvAwareRouter",
+           "prefix_aware": "deployments.kv_router:PrefixAwareRouter",
            "token_balanced": "deployments.token_router:TokenBalancedRouter"}
 PHASE_ROUTER = "deployments.phase_router:AssignedReplicaRouter"
 
@@ -80,12 +82,30 @@ class _HttpIngress(_ServedIngress):
         return self.http_app()
 
 
-class _ServedGateway(Gateway):
-    """The gateway in Serve: each request goes to an ingress replica Serve's router picks."""
+def _starter(ingress: DeploymentHandle) -> StartExchange:
+    streaming = ingress.options(stream=True)
+    return lambda http: streaming.exchange.remote(http)
 
-    def __init__(self, ingress: DeploymentHandle, max_body_bytes: int, failover_s: float) -> None:
-        streaming = ingress.options(stream=True)
-        super().__init__(lambda http: streaming.exchange.remote(http), max_body_bytes, failover_s, GatewayMetrics())
+
+def _other_app(app: str) -> OtherApp:
+    """Another app's ingress (AppConfig.model_apps), found by name when first used: the
+    apps of one config deploy side by side, so it may not exist when this one starts."""
+    ingress = functools.cache(lambda: serve.get_deployment_handle("Ingress", app))
+
+    async def models() -> list[str]:
+        return [card["id"] for card in await ingress().model_cards.remote()]
+
+    return OtherApp(lambda http: _starter(ingress())(http), models)
+
+
+class _ServedGateway(Gateway):
+    """The gateway in Serve: each request goes to an ingress replica Serve's router picks,
+    of this app or of the app serving the request's model."""
+
+    def __init__(self, ingress: DeploymentHandle, max_body_bytes: int, failover_s: float,
+                 models: list[str] | None = None, model_apps: list[str] | None = None) -> None:
+        routes = ModelRoutes(_starter(ingress), models or [], {app: _other_app(app) for app in model_apps or []})
+        super().__init__(routes, max_body_bytes, failover_s, GatewayMetrics())
 
 
 # A Batch API upload's form: the file plus its fields and boundaries.
@@ -97,18 +117,18 @@ HttpIngressDeployment = serve.deployment(name="Ingress")(serve.ingress()(_HttpIn
 GatewayDeployment = serve.deployment(name="Gateway")(_ServedGateway)
 
 
-def _pool_deployments(pool: PoolConfig, stream_flush_s: float) -> dict[str, Application]:
+def _pool_deployments(pool: PoolConfig, config: AppConfig) -> dict[str, Application]:
     """The pool's deployments: one, or for a shadow-TP pool one per TP option, the
     engine's own TP as `pool-<name>` and the others starting at 0 replicas."""
     by_tp = pool.deployments_by_tp()
     if len(by_tp) == 1:
-        return {pool.deployment_name: _pool_deployment(pool, stream_flush_s)}
-    return {name: _pool_deployment(pool, stream_flush_s, tp, ShadowPool(
+        return {pool.deployment_name: _pool_deployment(pool, config)}
+    return {name: _pool_deployment(pool, config, tp, ShadowPool(
         pool.deployment_name, by_tp, pool.autoscaling.min_replicas, pool.autoscaling.max_replicas))
             for tp, name in by_tp.items()}
 
 
-def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = None,
+def _pool_deployment(pool: PoolConfig, config: AppConfig, tp: int | None = None,
                      shadow: ShadowPool | None = None) -> Application:
     """One deployment of the pool, its engine at TP `tp` (the engine's own if None)."""
     tp = pool.engine.tensor_parallel if tp is None else tp
@@ -119,6 +139,9 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
     if router is not None:
         routing["request_router_config"] = {"request_router_class": router,
                                             "request_routing_stats_period_s": STATS_PERIOD_S}
+        if pool.request_router == "prefix_aware" and config.prefix_cache is not None:
+            routing["request_router_config"]["request_router_kwargs"] = {
+                "block_tokens": config.prefix_cache.block_tokens, **config.prefix_cache.affinity.model_dump()}
     bounds: dict[str, Any] = {"min_replicas": scaling.min_replicas, "initial_replicas": scaling.initial_replicas}
     if shadow is not None:
         # Any of the pool's deployments may be emptied by a rollout; the pool's own bounds
@@ -127,7 +150,8 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
         initial = scaling.min_replicas if scaling.initial_replicas is None else scaling.initial_replicas
         bounds = {"min_replicas": 0, "initial_replicas": initial if primary else 0,
                   "policy": {"policy_kwargs": {SHADOW_KEY: shadow.entry(tp)}}}
-    engine = pool.engine.model_copy(update={"tensor_parallel": tp})
+    prefix = {"prefix_block_tokens": config.prefix_cache.block_tokens} if config.prefix_cache is not None else {}
+    engine = pool.engine.model_copy(update={"tensor_parallel": tp, **prefix})
     # GPUs, or a TP placement group, as the pool's engine needs
     from engines.vllm_placement import replica_resources
 
@@ -147,7 +171,7 @@ def _pool_deployment(pool: PoolConfig, stream_flush_s: float, tp: int | None = N
             "downscale_delay_s": 0,
         },
         **routing,
-    ).bind(pool.name, _engine_config(pool, engine), stream_flush_s,
+    ).bind(pool.name, _engine_config(pool, engine), config.stream_flush_s,
            pool.local_autoscaler.model_dump() if pool.local_autoscaler else None)
 
 
@@ -173,7 +197,7 @@ def _batch_queue(config: AppConfig) -> Application:
 def build_app(args: dict[str, Any]) -> Application:
     """`serve run serve_config.yaml` entry point: args are validated as AppConfig."""
     config = AppConfig.model_validate(args or {}).resolved()
-    pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config.stream_flush_s).items()}
+    pools = {name: app for p in config.pools for name, app in _pool_deployments(p, config).items()}
     if len(pools) != sum(len(p.deployments_by_tp()) for p in config.pools):
         names = [name for p in config.pools for name in p.deployments_by_tp().values()]
         raise ValueError(f"pools[].tensor_parallel_options: deployment names collide ({names}); rename a pool whose "
@@ -198,4 +222,5 @@ def build_app(args: dict[str, Any]) -> Application:
         max_ongoing_requests=config.ingress_max_ongoing_requests * config.ingress_replicas,
         num_replicas=config.gateway_replicas,
     )
-    return gateway.bind(served, config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s)
+    return gateway.bind(served, config.max_file_bytes + _MULTIPART_OVERHEAD_BYTES, config.gateway_failover_s,
+                        config.served_models(), config.model_apps)

@@ -22,9 +22,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from ray.exceptions import RayActorError
@@ -37,6 +38,8 @@ from deployments.asgi_bridge import HttpExchange, ResponseBody, ResponsePart, Re
 from deployments.http_app import error_response
 from deployments.ingress_state import read_limited_body
 from deployments.metrics import GatewayMetrics
+
+logger = logging.getLogger("ray.serve")
 
 COMPLETION_ROUTES = ("/v1/completions", "/v1/chat/completions")
 
@@ -200,18 +203,60 @@ class ExchangeRelay:
             cancel()
 
 
-class Gateway:
-    """Relays each HTTP request to the ingress deployment (`start` calls one of its
-    replicas) and survives the replica's failure (see the module docstring)."""
+# The routes whose body names a model another app may serve (AppConfig.model_apps).
+MODEL_ROUTES = (*COMPLETION_ROUTES, "/tokenize", "/detokenize")
 
-    def __init__(self, start: StartExchange, max_body_bytes: int, failover_s: float,
+
+@dataclasses.dataclass(frozen=True)
+class OtherApp:
+    """An app whose models this app's /v1 serves too: its ingress and the names it serves."""
+
+    start: StartExchange
+    models: Callable[[], Awaitable[list[str]]]
+
+
+class ModelRoutes:
+    """Which app's ingress takes a request: the one serving the model its body names, this
+    app's own unless another app serves it (AppConfig.model_apps). Other apps' models are
+    asked for when a name is not known yet, so an adapter added there is found."""
+
+    def __init__(self, own: StartExchange, own_models: list[str], others: dict[str, OtherApp]) -> None:
+        self.own, self.own_models, self.others = own, set(own_models), others
+        self._app_of: dict[str, str] = {}  # another app's model -> that app
+
+    async def start_for(self, exchange: HttpExchange) -> StartExchange:
+        if not self.others or exchange.method != "POST" or not exchange.path.endswith(MODEL_ROUTES):
+            return self.own
+        try:
+            model = json.loads(exchange.body).get("model")
+        except (ValueError, AttributeError):
+            return self.own  # the ingress answers the bad body
+        if model in self.own_models or not isinstance(model, str):
+            return self.own
+        if model not in self._app_of:
+            for app, entry in self.others.items():
+                try:
+                    self._app_of.update(dict.fromkeys(await entry.models(), app))
+                except Exception:  # not deployed (yet), or failing: its models are not served now
+                    logger.warning("wattwise gateway: app %r did not list its models", app, exc_info=True)
+        other = self._app_of.get(model)
+        return self.own if other is None else self.others[other].start  # unknown: this app's 404
+
+
+class Gateway:
+    """Relays each HTTP request to the ingress deployment serving its model (`routes`
+    picks it; `start` calls one of its replicas) and survives the replica's failure (see
+    the module docstring)."""
+
+    def __init__(self, routes: ModelRoutes, max_body_bytes: int, failover_s: float,
                  metrics: GatewayMetrics | None = None) -> None:
-        self.start, self.max_body_bytes, self.failover_s, self.metrics = start, max_body_bytes, failover_s, metrics
+        self.routes, self.max_body_bytes, self.failover_s, self.metrics = routes, max_body_bytes, failover_s, metrics
 
     async def __call__(self, http: HTTPRequest) -> Response:
         try:
             body = await read_limited_body(http, self.max_body_bytes)
         except APIError as err:
             return error_response(err)
-        relay = ExchangeRelay(self.start, HttpExchange.of(http.scope, body), self.failover_s, self.metrics)
+        exchange = HttpExchange.of(http.scope, body)
+        relay = ExchangeRelay(await self.routes.start_for(exchange), exchange, self.failover_s, self.metrics)
         return await relay.response()

@@ -10,49 +10,59 @@ Batch API as routers over the shared IngressState), so tests construct it direct
 
 import asyncio
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import ValidationError
+from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
 from ray.serve.handle import DeploymentHandle
 
+from app.choices import choice_requests
 from app.classify import Classifier, UnknownServiceClass
 from app.config import AppConfig
 from app.openai_api import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
-    chat_body,
-    completion_body,
+    DetokenizeRequest,
+    NamedToolChoice,
+    TokenizeChatRequest,
+    TokenizeCompletionRequest,
     invalid_request,
+    messages_text,
     openapi_body,
-    usage_dict,
 )
+from app.openai_responses import ChatRenderer, CompletionRenderer, Renderer, usage_event
 from app.pool_overflow import Attempt, overflow_attempts, serving_pools
-from app.prompt_tokenizer import prompt_tokenizer
+from app.prompt_tokenizer import prompt_tokenizer, tool_parsing
 from app.route import WeightedRouter
 from app.sampling import sampling_of
 from core.plan import ClusterPlan
+from core.prefix_cache import block_hashes
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
 from deployments.asgi_bridge import HttpExchange, ResponseParts, current_exchange, run_exchange
 from deployments.http_app import build_http_app
-from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
+from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState, json_object
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from deployments.phase_split import PhaseSplit
 from deployments.rate_ledger import RateLimitGate
 from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
 from deployments.tracing import tracer
 from prediction.predictor_factory import make_predictor
+
+logger = logging.getLogger("ray.serve")
 
 ROUTE_COMPLETIONS = "/v1/completions"
 ROUTE_CHAT = "/v1/chat/completions"
@@ -127,13 +137,6 @@ def _service_report(request: Any, pool: str, result: ReplicaChunk, resumption: R
     }
 
 
-def _public_usage(result: ReplicaChunk) -> dict[str, Any] | None:
-    usage = result.usage
-    if usage is None:
-        return None
-    return usage_dict(usage.prompt_tokens, usage.completion_tokens, usage.energy_j)
-
-
 class Ingress:
     def __init__(self, config: AppConfig, pools: dict[str, DeploymentHandle], app_name: str,
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None,
@@ -152,6 +155,7 @@ class Ingress:
         # In Serve, limits hold across ingress replicas (deployments.rate_ledger); here, in-process.
         self.rate_limits = rate_limits if rate_limits is not None else RateLimitGate(config, app_name)
         self.router = WeightedRouter()
+        self.tool_parsing = tool_parsing(config)
         self._follow_plan = follow_plan  # None: no controller (tests apply plans themselves)
         self._follower: asyncio.Task | None = None
         self._app: FastAPI | None = None
@@ -169,6 +173,23 @@ class Ingress:
         async for parts in run_exchange(self.http_app(), http):
             yield parts
 
+    def model_cards(self) -> list[dict[str, Any]]:
+        """This app's entries of /v1/models, as vLLM lists a model and its LoRA adapters
+        (other apps' /v1 list them too: AppConfig.model_apps)."""
+        config = self.config
+        root = getattr(config.pools[0].engine, "model", config.model_name)
+        now = int(time.time())
+        permission = {"object": "model_permission", "created": now, "allow_create_engine": False,
+                      "allow_sampling": True, "allow_logprobs": not config.modelled, "allow_search_indices": False,
+                      "allow_view": True, "allow_fine_tuning": False, "organization": "*", "group": None,
+                      "is_blocking": False}
+        adapters = getattr(config.pools[0].engine, "lora_adapters", [])
+        return [{"id": name, "object": "model", "created": now, "owned_by": "wattwise", "root": path,
+                 "parent": parent, "max_model_len": config.max_context_tokens,
+                 "permission": [{"id": f"modelperm-{uuid.uuid4().hex[:16]}", **permission}]}
+                for name, path, parent in [(config.model_name, root, None),
+                                           *((a.name, a.path, config.model_name) for a in adapters)]]
+
     def _ensure_following_plan(self) -> None:
         """Routing weights (DynamoLLM spill) and serving deployments (shadow TP changes)
         come from the controller's published plan."""
@@ -180,7 +201,7 @@ class Ingress:
         self.state.apply_plan(plan)
 
     # ---- the request path --------------------------------------------------------
-    async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
+    async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable) -> Any:
         exchange = current_exchange()
         resume = exchange.resume if exchange is not None else None  # a stream another replica began
         arrival_s = time.time() if resume is None else resume.arrival_s
@@ -189,21 +210,24 @@ class Ingress:
             tenant = self.state.authenticate(http)
             body: Any = await self.state.parse(http, schema)
             with tracer.start_as_current_span("wattwise.classify") as span:
+                tools = self._tools(body)
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
-                                               tenant.slo_override, None if resume is None else resume.request_id)
+                                               tenant.slo_override, None if resume is None else resume.request_id,
+                                               tools)
                 if resume is None:  # a resumed stream's tokens were charged when it began
-                    await self._check_rate(tenant.name, request.prompt_tokens + request.max_tokens)
+                    await self._check_rate(tenant.name, request.prompt_tokens + body.n * request.max_tokens)
                 drained = self.state.drained
                 pool = self.state.undrained(self.router.pick(
                     request.length_class, pool, allowed={p.deployment_name for p in self.config.pools} - drained))
                 span.set_attribute("wattwise.length_class", request.length_class)
                 span.set_attribute("wattwise.pool", pool)
             attempts = self._attempts(request.service_class, pool)
+            renderer = self._renderer(body, request, tools)
             with self._accounted(route):
                 for i, attempt in enumerate(attempts):
                     request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
                     try:
-                        response = await self._respond(body, request, attempt.pool, render, route,
+                        response = await self._respond(body, request, attempt.pool, renderer, route,
                                                        [a.pool for a in attempts[i + 1:]])
                     except APIError as err:
                         if err.code == POOL_FULL and i + 1 < len(attempts):
@@ -214,6 +238,27 @@ class Ingress:
         except APIError as err:
             self.metrics.record(route, err.status)
             raise  # answered by the app's APIError handler (deployments.http_app)
+
+    def _tools(self, body: Any) -> Any:
+        """A chat request's tool calls, prepared by the app's vLLM tool parser (the constraint
+        and the parsing of `tools` with a tool choice other than "none"); None without."""
+        choice = getattr(body, "effective_tool_choice", "none")
+        if choice == "none":
+            return None
+        if self.tool_parsing is None:
+            what = f"function {choice.function.name!r}" if isinstance(choice, NamedToolChoice) else repr(choice)
+            raise APIError(400, f"tool_choice {what} needs a tool call parser; this app has none (vLLM's server "
+                           "needs --tool-call-parser; here it is the app's `tool_call_parser`, on vLLM pools).",
+                           param="tool_choice", code="unsupported_parameter")
+        try:
+            return self.tool_parsing.prepare(body.model_dump(mode="json", by_alias=True, exclude_unset=True))
+        except ValueError as exc:  # vLLM's own validation (pydantic's errors are ValueErrors)
+            raise APIError(400, f"Invalid tools request: {exc}", param="tools") from None
+
+    def _renderer(self, body: Any, request: Request, tools: Any) -> Renderer:
+        if isinstance(body, ChatCompletionRequest):
+            return ChatRenderer(body, (lambda i: tools.calls()) if tools is not None else (lambda i: None))
+        return CompletionRenderer(body, request.prompt_text)
 
     @contextmanager
     def _accounted(self, route: str) -> Iterator[None]:
@@ -229,24 +274,27 @@ class Ingress:
             self.metrics.outcome(route, "cancelled")
             raise
 
-    async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str,
+    async def _respond(self, body: Any, request: Request, pool: str, renderer: Renderer, route: str,
                        fallbacks: Sequence[str] = ()) -> Any:
-        """Serve on `pool`; a failed replica's request is retried there, then on `fallbacks`."""
-        rid = f"cmpl-{request.request_id}"
+        """Serve on `pool`, each of the `n` choices as a request of its own (app.choices); a
+        failed replica's request is retried there, then on `fallbacks`."""
+        rid = f"{'chatcmpl' if isinstance(renderer, ChatRenderer) else 'cmpl'}-{request.request_id}"
         pools = [pool, *fallbacks]
+        requests = choice_requests(request, body.n)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             exchange = current_exchange()
             resume = exchange.resume if exchange is not None else None
-            gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried,
-                                  progress=None if resume is None else resume.progress(),
-                                  inherited=Resumption() if resume is None else resume.resumption())
-            if exchange is not None:
-                exchange.follow(gen, request.request_id)
-            first = await self._first_chunk(gen)
+            streams = [ResumableStream(self._start_stream, r, pools, self.config.max_retries, self.metrics.retried,
+                                       progress=None if resume is None else resume.progress(),
+                                       inherited=Resumption() if resume is None else resume.resumption())
+                       for r in requests]
+            if exchange is not None and len(streams) == 1:  # the gateway resumes one choice's stream
+                exchange.follow(streams[0], request.request_id)
+            firsts = [await self._first_chunk(gen) for gen in streams]
             self.metrics.record(route, 200)
             return StreamingResponse(
-                self._sse(gen, first, rid, body.model, render, request, route, include_usage,
+                self._sse(streams, firsts, rid, body.model, renderer, request, route, include_usage,
                           resume is None or resume.events == 0),
                 media_type="text/event-stream",
             )
@@ -256,13 +304,14 @@ class Ingress:
             retried.append(next_pool)
             self.metrics.retried(next_pool)
 
-        result = await self._call(call_with_retries(
-            lambda p: self._start_complete(request, p), pools, self.config.max_retries, on_retry))
-        self._learn(request, result)
+        results = await asyncio.gather(*(self._call(call_with_retries(
+            partial(self._start_complete, r), pools, self.config.max_retries, on_retry)) for r in requests))
+        for r, result in zip(requests, results, strict=True):
+            self._learn(r, result)
         self.metrics.record(route, 200)
         self.metrics.outcome(route, "completed")
-        response = render(rid, body.model, result.text, result.finish_reason, _public_usage(result), False)
-        response["wattwise"] = self._report(request, pool, result, Resumption(retries=len(retried)))
+        response = renderer.whole(rid, body.model, results)
+        response["wattwise"] = self._report(request, pool, results[0], Resumption(retries=len(retried)))
         return response
 
     def _report(self, request: Any, pool: str, result: ReplicaChunk, resumption: Resumption,
@@ -308,23 +357,22 @@ class Ingress:
         """One line of a Batch API file, served as a batch-class completion (called by the
         BatchQueue deployment). Returns (ok, response body or error object)."""
         chat = "messages" in body
-        schema, prompt_of, render = (
-            (ChatCompletionRequest, lambda b: b.prompt_text(), chat_body) if chat
-            else (CompletionRequest, lambda b: b.prompt, completion_body))
+        schema: type[ChatCompletionRequest | CompletionRequest] = ChatCompletionRequest if chat else CompletionRequest
         route = ROUTE_CHAT if chat else ROUTE_COMPLETIONS
         try:
             try:
-                parsed = schema.model_validate({**body, "stream": False})
+                parsed = schema.model_validate({**body, "stream": False, "stream_options": None})
             except ValidationError as exc:
                 raise invalid_request(exc) from None
-            if parsed.model != self.config.model_name:
-                raise APIError(404, f"The model '{parsed.model}' does not exist.", code="model_not_found")
-            request, pool = self._classify(parsed, prompt_of(parsed), "batch-api", "batch", time.time())
+            self.state.check_model(parsed.model)
+            tools = self._tools(parsed)
+            request, pool = self._classify(parsed, _prompt_of(parsed), "batch-api", "batch", time.time(), tools=tools)
+            renderer = self._renderer(parsed, request, tools)
             candidates = self._candidates("batch", pool)
             with self._accounted(route):
                 for i, pool in enumerate(candidates):
                     try:
-                        return True, await self._respond(parsed, request, pool, render, route)
+                        return True, await self._respond(parsed, request, pool, renderer, route)
                     except APIError as err:
                         if err.code != POOL_FULL or i + 1 == len(candidates):
                             raise
@@ -339,10 +387,13 @@ class Ingress:
                            code="rate_limit_exceeded", retry_after_s=wait_s)
 
     def _classify(self, body: Any, prompt: str, tenant: str, service_class: str, arrival_s: float,
-                  slo_override: dict[str, float] | None = None, request_id: str | None = None):
-        sampling = sampling_of(body)
+                  slo_override: dict[str, float] | None = None, request_id: str | None = None, tools: Any = None):
+        sampling = sampling_of(body, self.config.modelled, None if tools is None else tools.structured)
         prompt = self.prompts.render(body, prompt)
-        prompt_tokens = self.prompts.count(prompt)
+        # vLLM's server tokenizes a chat template's text without adding special tokens (it has its own)
+        add_special_tokens = not isinstance(body, ChatCompletionRequest)
+        ids = self.prompts.encode(prompt, add_special_tokens)
+        prompt_tokens = max(len(ids), 1)
         context = self.config.max_context_tokens
         requested = getattr(body, "requested_max_tokens", body.max_tokens)
         if prompt_tokens >= context:
@@ -367,7 +418,10 @@ class Ingress:
             )
         except UnknownServiceClass as exc:
             raise APIError(400, str(exc), param=SERVICE_CLASS_HEADER) from None
-        request.prompt_text, request.sampling = prompt, sampling
+        request.prompt_text, request.sampling, request.add_special_tokens = prompt, sampling, add_special_tokens
+        request.adapter = None if body.model == self.config.model_name else body.model
+        if self.config.prefix_cache is not None and request.adapter is None:  # an adapter's KV is its own
+            request.prefix_hashes = block_hashes(ids, self.config.prefix_cache.block_tokens)
         return request, pool
 
     async def _call(self, response: Awaitable[Reply]) -> ReplicaChunk:
@@ -397,39 +451,45 @@ class Ingress:
             return self.phase_split.complete(request)
         return self.pools[self.state.deployment(pool)].complete.remote(request)
 
-    async def _sse(self, gen, first, rid, model, render, request, route, include_usage,
-                   first_chunk: bool = True) -> AsyncIterator[str]:
-        """Stream chunks as SSE; a replica failure past the retries ends the stream with an
-        OpenAI error event (retryable: 503 + retry_after), never silently. Only the first
-        chat delta carries the role (`first_chunk`: none was sent before a resume)."""
-        chunk = first
+    async def _sse(self, streams: list[ResumableStream], firsts: Sequence[Reply], rid: str, model: str,
+                   renderer: Renderer, request: Request, route: str, include_usage: bool,
+                   first_event: bool = True) -> AsyncIterator[str]:
+        """Stream the choices' chunks as SSE, as they come; a replica failure past the retries
+        ends the stream with an OpenAI error event (retryable: 503 + retry_after), never
+        silently. A choice's first event carries its role (`first_event`: none was sent
+        before a resume)."""
+        finals: dict[int, ReplicaChunk] = {}
+        started = set() if first_event else {0}
         try:
-            while True:
+            async for index, chunk in _interleaved(streams, firsts):
                 refused = _refusal(chunk)
                 if refused is not None:
                     raise refused
                 assert isinstance(chunk, ReplicaChunk)
-                body = render(rid, model, chunk.text, chunk.finish_reason, None, True, first_chunk)
-                first_chunk = False
+                events = renderer.events(rid, model, index, chunk, index not in started)
+                started.add(index)
                 if chunk.finish_reason:
-                    body["wattwise"] = self._report(request, gen.pool, chunk, gen.resumption(),
-                                                    gen.progress.first_token_s)
-                yield f"data: {json.dumps(body)}\n\n"
-                if chunk.finish_reason:
+                    finals[index] = chunk
                     self._learn(request, chunk)
-                    if include_usage:
-                        final = render(rid, model, "", None, _public_usage(chunk), True)
-                        final["choices"] = []
-                        yield f"data: {json.dumps(final)}\n\n"
-                    yield "data: [DONE]\n\n"
-                    self.metrics.outcome(route, "completed")
-                    return
-                chunk = await gen.__anext__()
+                    if index == 0 and events:
+                        gen = streams[0]
+                        events[-1]["wattwise"] = self._report(request, gen.pool, chunk, gen.resumption(),
+                                                              gen.progress.first_token_s)
+                for event in events:
+                    yield f"data: {json.dumps(event)}\n\n"
+            if include_usage:
+                usages = [finals[i].usage for i in sorted(finals)]
+                yield f"data: {json.dumps(usage_event(renderer, rid, model, [u for u in usages if u]))}\n\n"
+            yield "data: [DONE]\n\n"
+            self.metrics.outcome(route, "completed")
         except (asyncio.CancelledError, GeneratorExit):
-            gen.cancel()
+            for gen in streams:
+                gen.cancel()
             self.metrics.outcome(route, "cancelled")
             raise
         except Exception as exc:  # every failure becomes an error event
+            for gen in streams:
+                gen.cancel()
             err = exc if isinstance(exc, APIError) else _stream_failure(exc)
             self.metrics.outcome(route, _outcome_of(err))
             yield f"data: {json.dumps(err.body())}\n\n"
@@ -440,6 +500,35 @@ class Ingress:
                 request.prompt_tokens, result.usage.completion_tokens, request.predicted_output_tokens or 0,
                 request.request_id,
             )
+
+
+async def _interleaved(streams: list[ResumableStream], firsts: Sequence[Reply]) -> AsyncIterator[tuple[int, Reply]]:
+    """(choice, chunk) from every stream as each comes, each stream's first given, until
+    every stream has sent its last chunk (or a refusal)."""
+    pending: dict[asyncio.Future, int] = {}
+    for i, first in enumerate(firsts):
+        yield i, first
+        if isinstance(first, ReplicaChunk) and first.finish_reason is None:
+            pending[asyncio.ensure_future(streams[i].__anext__())] = i
+    try:
+        while pending:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            for future in sorted(done, key=pending.__getitem__):
+                i = pending.pop(future)
+                chunk = future.result()
+                yield i, chunk
+                if isinstance(chunk, ReplicaChunk) and chunk.finish_reason is None:
+                    pending[asyncio.ensure_future(streams[i].__anext__())] = i
+    finally:
+        for future in pending:
+            future.cancel()
+
+
+def _prompt_of(body: ChatCompletionRequest | CompletionRequest) -> str:
+    """The prompt before a chat template renders it (the modelled engine's text)."""
+    if isinstance(body, ChatCompletionRequest):
+        return body.prompt_text()
+    return body.prompt if isinstance(body.prompt, str) else body.prompt[0]
 
 
 # ---- the OpenAI routes ---------------------------------------------------------------------
@@ -484,22 +573,60 @@ def ready(ingress: Serving) -> JSONResponse:
 
 
 @router.get("/v1/models")
-def models(http: HTTPRequest, ingress: Serving) -> Any:
+async def models(http: HTTPRequest, ingress: Serving) -> Any:
+    """vLLM's model list: this app's model and adapters, then those of its `model_apps`."""
     ingress.state.authenticate(http)
-    return {
-        "object": "list",
-        "data": [{"id": ingress.config.model_name, "object": "model", "created": 0, "owned_by": "wattwise"}],
-    }
+    cards = ingress.model_cards()
+    for app in ingress.config.model_apps:
+        try:
+            cards += await serve.get_deployment_handle("Ingress", app).model_cards.remote()
+        except Exception:  # not deployed (yet), or failing: its models are not served now
+            logger.warning("wattwise: app %r did not list its models", app, exc_info=True)
+    return {"object": "list", "data": cards}
+
+
+@router.post("/tokenize", openapi_extra=openapi_body(TokenizeCompletionRequest))
+async def tokenize(http: HTTPRequest, ingress: Serving) -> Any:
+    """vLLM's /tokenize: a prompt's token ids, or chat messages' as a chat completion renders them."""
+    state = ingress.state
+    state.authenticate(http)
+    data = json_object(await state.read_body(http))
+    chat = "messages" in data
+    body: Any = state.validated(data, TokenizeChatRequest if chat else TokenizeCompletionRequest)
+    prompts = ingress.prompts
+    text = prompts.render(body, messages_text(body.messages)) if chat else body.prompt
+    ids = prompts.encode(text, body.add_special_tokens)
+    return {"count": len(ids), "max_model_len": ingress.config.max_context_tokens, "tokens": ids,
+            "token_strs": prompts.token_strs(ids) if body.return_token_strs else None}
+
+
+@router.post("/detokenize", openapi_extra=openapi_body(DetokenizeRequest))
+async def detokenize(http: HTTPRequest, ingress: Serving) -> Any:
+    state = ingress.state
+    state.authenticate(http)
+    body = await state.parse(http, DetokenizeRequest)
+    try:
+        return {"prompt": ingress.prompts.decode(body.tokens)}
+    except ValueError as exc:
+        raise APIError(400, f"Cannot detokenize: {exc}", param="tokens") from None
+
+
+@router.post("/v1/embeddings")
+async def embeddings(http: HTTPRequest, ingress: Serving) -> Any:
+    """Refused: every pool here generates text; vLLM's server has no such route then either."""
+    ingress.state.authenticate(http)
+    raise APIError(404, f"/v1/embeddings is not served: '{ingress.config.model_name}' generates text and this app "
+                   "serves no embedding model.", code="model_not_embedding")
 
 
 @router.post(ROUTE_COMPLETIONS, openapi_extra=openapi_body(CompletionRequest))
 async def completions(http: HTTPRequest, ingress: Serving) -> Any:
-    return await ingress._serve(http, ROUTE_COMPLETIONS, CompletionRequest, lambda b: b.prompt, completion_body)
+    return await ingress._serve(http, ROUTE_COMPLETIONS, CompletionRequest, _prompt_of)
 
 
 @router.post(ROUTE_CHAT, openapi_extra=openapi_body(ChatCompletionRequest))
 async def chat_completions(http: HTTPRequest, ingress: Serving) -> Any:
-    return await ingress._serve(http, ROUTE_CHAT, ChatCompletionRequest, lambda b: b.prompt_text(), chat_body)
+    return await ingress._serve(http, ROUTE_CHAT, ChatCompletionRequest, _prompt_of)
 
 
 ROUTERS = (router, admin_routes.router, batch_routes.router)

@@ -47,6 +47,17 @@ def _value(enum_or_str: Any) -> str:
     return str(getattr(enum_or_str, "value", enum_or_str))
 
 
+def json_object(raw: bytes) -> dict[str, Any]:
+    """A request body's JSON object, or a 400."""
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, too deep, huge integers
+        raise APIError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "Request body must be a JSON object.", code="invalid_json")
+    return data
+
+
 class IngressState:
     def __init__(self, config: AppConfig, pools: dict[str, DeploymentHandle], app_name: str,
                  batch_queue: DeploymentHandle | None = None, phase_split: PhaseSplit | None = None,
@@ -100,24 +111,24 @@ class IngressState:
         return await read_limited_body(http, self.config.max_request_bytes)
 
     async def parse(self, http: HTTPRequest, schema: type[Body], check_model: bool = True) -> Body:
-        raw = await self.read_body(http)
-        try:
-            data = json.loads(raw)
-        except (ValueError, RecursionError) as exc:  # bad JSON or UTF-8, too deep, huge integers
-            raise APIError(400, f"Request body is not valid JSON: {exc}", code="invalid_json") from None
-        if not isinstance(data, dict):
-            raise APIError(400, "Request body must be a JSON object.", code="invalid_json")
+        return self.validated(json_object(await self.read_body(http)), schema, check_model)
+
+    def validated(self, data: dict[str, Any], schema: type[Body], check_model: bool = True) -> Body:
+        """`data` as `schema`, or a 400 naming the bad field (a 404 for a model not served)."""
         try:
             body = schema.model_validate(data)
         except ValidationError as exc:
             raise invalid_request(exc) from None
-        model = getattr(body, "model", None)
-        if check_model and model != self.config.model_name:
-            raise APIError(
-                404, f"The model '{model}' does not exist. Available: '{self.config.model_name}'.",
-                param="model", code="model_not_found",
-            )
+        if check_model:
+            self.check_model(getattr(body, "model", None))
         return body
+
+    def check_model(self, model: str | None) -> None:
+        """A 404 unless the app serves `model` (its own, or one of its LoRA adapters)."""
+        served = self.config.served_models()
+        if model not in served:
+            raise APIError(404, f"The model '{model}' does not exist. Available: {served}.", param="model",
+                           code="model_not_found")
 
     # ---- pools ------------------------------------------------------------------------
     def pool_config(self, name: str) -> PoolConfig:

@@ -13,6 +13,7 @@ emptiest (see ../shared/notes/ray-serve-2.60.md). One router per process holding
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import Counter, deque
 from collections.abc import Callable
@@ -20,10 +21,14 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
-from core.replica_choice import DEFAULT_KV_HEADROOM, ReplicaOccupancy, rank_replicas
+from core.replica_choice import DEFAULT_KV_HEADROOM, PrefixAffinity, ReplicaOccupancy, rank_replicas
 
 REQUESTS_STAT, PENDING_PROMPT_STAT = "requests", "pending_prompt_tokens"
 KV_USED_STAT, KV_TOTAL_STAT = "kv_tokens_used", "kv_tokens_total"
+PREFIX_BLOCKS_STAT = "prefix_blocks"  # the prefix blocks a replica holds, most recent first
+# A report's cap: 8,192 blocks of 512 tokens are 4M tokens of KV (an 8-GPU replica's), ~70 KB a
+# second per replica to every router.
+MAX_REPORTED_BLOCKS = 8192
 STATS_PERIOD_S = 1.0  # how often replicas report (request_routing_stats_period_s, set by deployments.builder)
 
 
@@ -61,7 +66,7 @@ class KvAwareRouter(RequestRouter):
             recent.popleft()
         return sum(tokens for _, tokens in recent)
 
-    def _occupancy(self, replica: RunningReplica) -> ReplicaOccupancy:
+    def _occupancy(self, replica: RunningReplica, pending: PendingRequest | None) -> ReplicaOccupancy:
         stats, rid = replica.routing_stats, replica.replica_id
         unreported = self._unreported_prompt_tokens(rid)
         return ReplicaOccupancy(max(int(stats.get(REQUESTS_STAT, 0)), self._requests[rid]),
@@ -69,13 +74,16 @@ class KvAwareRouter(RequestRouter):
                                 stats.get(KV_USED_STAT, 0.0) + unreported,
                                 stats.get(KV_TOTAL_STAT, float("inf")))  # none reported yet: room
 
+    def _affinity(self) -> PrefixAffinity | None:
+        return None
+
     async def choose_replicas(
         self, candidate_replicas: list[RunningReplica], pending_request: PendingRequest | None = None
     ) -> list[list[RunningReplica]]:
         if not candidate_replicas:
             return []
-        order = rank_replicas([self._occupancy(r) for r in candidate_replicas], prompt_tokens(pending_request),
-                              self._kv_headroom)
+        order = rank_replicas([self._occupancy(r, pending_request) for r in candidate_replicas],
+                              prompt_tokens(pending_request), self._kv_headroom, self._affinity())
         if pending_request is not None:
             self._count(pending_request, candidate_replicas[order[0]].replica_id)
         return [[candidate_replicas[k]] for k in order]
@@ -102,3 +110,63 @@ class KvAwareRouter(RequestRouter):
 
     def on_request_completed(self, replica_id: ReplicaID, internal_request_id: str) -> None:
         self._uncount(internal_request_id)
+
+
+class PrefixAwareRouter(KvAwareRouter):
+    """KvAwareRouter's rank after the replicas holding most of the prompt's prefix blocks
+    (Request.prefix_hashes), within the load bound (core.replica_choice.PrefixAffinity).
+
+    What a replica holds is what it reported (its prefix cache: the modelled engine's LRU, or
+    vLLM's from its KV cache events), plus the blocks of the prompts this router sent it since
+    its last report: a prompt is cached once prefilled, and the next turn of a conversation
+    often comes before the next report."""
+
+    def initialize_state(self, kv_headroom: float = DEFAULT_KV_HEADROOM, stats_period_s: float = STATS_PERIOD_S,
+                         now_s: Callable[[], float] = time.monotonic, block_tokens: int = 512,
+                         imbalance_requests: float = PrefixAffinity().imbalance_requests,
+                         min_match: float = PrefixAffinity().min_match, **kwargs: Any) -> None:
+        super().initialize_state(kv_headroom, stats_period_s, now_s, **kwargs)
+        self._block_tokens = block_tokens
+        self._prefix_affinity = PrefixAffinity(imbalance_requests=imbalance_requests, min_match=min_match)
+        self._reported: dict[ReplicaID, tuple[Any, frozenset[int]]] = {}  # its last report, as a set
+        self._sent: dict[ReplicaID, deque[tuple[float, tuple[int, ...]]]] = {}  # (sent at, prefix), oldest first
+
+    def _affinity(self) -> PrefixAffinity | None:
+        return self._prefix_affinity
+
+    def _held(self, replica: RunningReplica) -> frozenset[int]:
+        """The blocks its last report named (converted once per report)."""
+        report = replica.routing_stats.get(PREFIX_BLOCKS_STAT) or ()
+        known = self._reported.get(replica.replica_id)
+        if known is None or known[0] is not report:
+            known = (report, frozenset(report))
+            self._reported[replica.replica_id] = known
+        return known[1]
+
+    def _occupancy(self, replica: RunningReplica, pending: PendingRequest | None) -> ReplicaOccupancy:
+        occupancy = super()._occupancy(replica, pending)
+        prefix = getattr(routed_request(pending), "prefix_hashes", ())
+        if not prefix:
+            return occupancy
+        held, sent = self._held(replica), self._sent_since_report(replica.replica_id)
+        blocks = 0
+        for block in prefix:
+            if block not in held and not any(block in p for p in sent):
+                break
+            blocks += 1
+        return dataclasses.replace(occupancy, cached_prompt_tokens=blocks * self._block_tokens)
+
+    def _sent_since_report(self, replica_id: ReplicaID) -> list[tuple[int, ...]]:
+        sent = self._sent.get(replica_id)
+        if sent is None:
+            return []
+        since_s = self._now_s() - self._stats_period_s
+        while sent and sent[0][0] < since_s:
+            sent.popleft()
+        return [prefix for _, prefix in sent]
+
+    def _count(self, pending: PendingRequest, replica_id: ReplicaID) -> None:
+        super()._count(pending, replica_id)
+        prefix = getattr(routed_request(pending), "prefix_hashes", ())
+        if prefix:
+            self._sent.setdefault(replica_id, deque()).append((self._now_s(), prefix))

@@ -11,11 +11,12 @@ pickle across Ray and cost no more to send than the dicts they replace.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from deployments.kv_handoff import KvHandle
-from engines.protocol import GenerationChunk, RequestUsage
+from engines.protocol import GenerationChunk, RequestUsage, TokenLogprobs
 
 
 @dataclass(frozen=True)
@@ -36,12 +37,17 @@ class SplitwiseReport:
 
 @dataclass(frozen=True)
 class ReplicaChunk:
-    """Tokens since the replica's last chunk; the last one has `finish_reason` and `usage`."""
+    """Tokens since the replica's last chunk; the last one has `finish_reason` and `usage`
+    (engines.protocol.GenerationChunk's fields, and where a split request ran)."""
 
     text: str
     num_tokens: int
     finish_reason: str | None = None
     usage: RequestUsage | None = None
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprobs, ...] | None = None
+    stop_reason: int | str | None = None
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None
     # Splitwise token phase, on its last chunk: the replica that decoded and how its KV came.
     replica: str | None = None
     kv: str | None = None
@@ -49,10 +55,20 @@ class ReplicaChunk:
     splitwise: SplitwiseReport | None = None
 
     @classmethod
-    def of(cls, chunk: GenerationChunk, text: str | None = None, num_tokens: int | None = None) -> ReplicaChunk:
-        """An engine's chunk as sent on (`text`/`num_tokens`: the flushed totals)."""
-        return cls(chunk.text if text is None else text, chunk.num_tokens if num_tokens is None else num_tokens,
-                   chunk.finish_reason, chunk.usage)
+    def of(cls, chunk: GenerationChunk) -> ReplicaChunk:
+        """An engine's chunk as sent on."""
+        return cls(chunk.text, chunk.num_tokens, chunk.finish_reason, chunk.usage, chunk.token_ids, chunk.logprobs,
+                   chunk.stop_reason, chunk.prompt_logprobs)
+
+    @classmethod
+    def merged(cls, chunks: Sequence[GenerationChunk]) -> ReplicaChunk:
+        """Several consecutive engine chunks as one (the last one's ending)."""
+        last = chunks[-1]
+        logprobs = [c.logprobs for c in chunks if c.logprobs is not None]
+        return cls("".join(c.text for c in chunks), sum(c.num_tokens for c in chunks), last.finish_reason,
+                   last.usage, tuple(i for c in chunks for i in c.token_ids),
+                   tuple(p for lp in logprobs for p in lp) if logprobs else None, last.stop_reason,
+                   next((c.prompt_logprobs for c in chunks if c.prompt_logprobs is not None), None))
 
 
 @dataclass(frozen=True)

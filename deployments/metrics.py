@@ -73,6 +73,12 @@ class ReplicaMetrics:
             "steps (1: as profiled; the controller plans the pool at this speed).", ("pool",))
         self.running = metrics.Gauge("wattwise_num_requests_running", "Requests in the batch.", ("pool",))
         self.waiting = metrics.Gauge("wattwise_num_requests_waiting", "Requests queued in the replica.", ("pool",))
+        self.prompt_tokens_started = metrics.Gauge(
+            "wattwise_prompt_tokens_started", "Prompt tokens of the requests the replica started, since its start.",
+            ("pool",))
+        self.prompt_tokens_cached = metrics.Gauge(
+            "wattwise_prompt_tokens_cached", "Of those, found in its prefix cache (prefill skipped).",
+            ("pool",))
         self.refused = metrics.Counter(
             "wattwise_requests_refused_total", "Requests the replica refused: shed at arrival (overload), "
             "squashed, or overflow (backed up: the ingress tried the next pool).",
@@ -114,6 +120,8 @@ class ReplicaMetrics:
             self.step_time_ratio.set(stats.step_time_ratio, tags)
         self.running.set(stats.running_requests, tags)
         self.waiting.set(stats.queued_requests, tags)
+        self.prompt_tokens_started.set(stats.prompt_tokens_started, tags)
+        self.prompt_tokens_cached.set(stats.prompt_tokens_cached, tags)
 
 
 OUTCOMES = ("completed", "error_retryable", "error_final", "cancelled")

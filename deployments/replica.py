@@ -26,7 +26,7 @@ from core.plan import ClusterPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
-from deployments.kv_router import occupancy_stats
+from deployments.kv_router import MAX_REPORTED_BLOCKS, PREFIX_BLOCKS_STAT, occupancy_stats
 from deployments.messages import Prefilled, Refusal, ReplicaChunk, Reply, Shed, Squashed
 from deployments.metrics import ReplicaMetrics
 from deployments.token_router import PENDING_TOKENS_STAT
@@ -222,23 +222,20 @@ class LLMReplica:
         with tracer.start_as_current_span("wattwise.replica.generate") as span:
             span.set_attribute("wattwise.pool", self.pool)
             span.set_attribute("wattwise.length_class", request.length_class)
-            text: list[str] = []
-            tokens = 0
+            held: list[GenerationChunk] = []  # since the last flush
             last_flush = 0.0
             try:
                 async for chunk in chunks:
-                    text.append(chunk.text)
-                    tokens += chunk.num_tokens
+                    held.append(chunk)
                     now = time.monotonic()
                     if chunk.finish_reason is not None:
                         self._record(request, chunk)
                         span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
-                        yield ReplicaChunk.of(chunk, "".join(text), tokens)
+                        yield ReplicaChunk.merged(held)
                         return
                     if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
-                        yield ReplicaChunk("".join(text), tokens)
-                        text.clear()
-                        tokens = 0
+                        yield ReplicaChunk.merged(held)
+                        held.clear()
                         last_flush = now
             except (RequestSquashed, RequestShed) as exc:
                 yield self._refused(exc)
@@ -246,13 +243,13 @@ class LLMReplica:
     async def complete(self, request: Request) -> Reply:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
         self._ensure_following_plan()
-        text: list[str] = []
+        chunks: list[GenerationChunk] = []
         try:
             async for chunk in self.engine.generate(request):
-                text.append(chunk.text)
+                chunks.append(chunk)
                 if chunk.finish_reason is not None:
                     self._record(request, chunk)
-                    return ReplicaChunk.of(chunk, "".join(text), chunk.usage.completion_tokens if chunk.usage else 0)
+                    return ReplicaChunk.merged(chunks)
         except (RequestSquashed, RequestShed) as exc:
             return self._refused(exc)
         raise RuntimeError(f"engine ended request {request.request_id} without a final chunk")
@@ -275,11 +272,14 @@ class LLMReplica:
         self.metrics.record_stats(stats, self.applied_clock_mhz if self.gpu_ids else stats.clock_mhz)
         return stats.to_metrics()
 
-    def record_routing_stats(self) -> dict[str, float]:
-        """What the pool's request routers read (deployments.kv_router, deployments.token_router)."""
+    def record_routing_stats(self) -> dict[str, Any]:
+        """What the pool's request routers read (deployments.kv_router, deployments.token_router):
+        counts as floats, and the prefix blocks it holds (most recent first, at most
+        MAX_REPORTED_BLOCKS)."""
         stats = self.engine.stats()
         return {PENDING_TOKENS_STAT: float(stats.pending_prompt_tokens + stats.pending_decode_tokens),
-                **occupancy_stats(stats.occupancy())}
+                **occupancy_stats(stats.occupancy()),
+                PREFIX_BLOCKS_STAT: self.engine.prefix_blocks()[:MAX_REPORTED_BLOCKS]}
 
     async def shutdown(self) -> None:
         """Release the GPUs' clocks, then stop the engine (Serve calls this as the replica

@@ -160,7 +160,7 @@ class ResumableStream:
                     exc = StreamBroken("the continuation was refused by the replica")
                 else:
                     return self._account(chunk)
-            if not is_retryable(exc) or self.retries >= self.max_retries:
+            if not is_retryable(exc) or self.retries >= self.max_retries or not self._resumable():
                 raise exc
             resumed = self._resume()
             if resumed is not None:
@@ -177,6 +177,11 @@ class ResumableStream:
             self._broken_at_s = None
         self.progress.add(chunk, now)
         return chunk
+
+    def _resumable(self) -> bool:
+        """A structured output's grammar starts from the text's start: a continuation would
+        restart it mid-way, so a constrained stream that sent tokens ends with an error."""
+        return self.request.sampling.structured is None or self.progress.tokens == 0
 
     def _resume(self) -> ReplicaChunk | None:
         """Issue the continuation; if nothing is left, the final chunk to send instead."""

@@ -42,13 +42,42 @@ class RequestUsage:
 
 
 @dataclass(frozen=True)
+class Candidate:
+    """One token an engine weighed at a position, with its log-probability."""
+
+    token_id: int
+    token: str  # decoded
+    logprob: float
+    rank: int | None = None  # 1: the likeliest
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """One position of the text: the token there and the candidates asked for, in the
+    engine's order (vLLM's: the chosen token first, then the likeliest). `logprob` is None
+    for a prompt's first token (nothing precedes it)."""
+
+    token_id: int
+    token: str
+    logprob: float | None
+    candidates: tuple[Candidate, ...] = ()
+
+
+@dataclass(frozen=True)
 class GenerationChunk:
-    """Tokens produced since the last chunk; `usage` and `finish_reason` on the last."""
+    """Tokens produced since the last chunk; `usage` and `finish_reason` on the last.
+    `token_ids` and `logprobs` (when asked for) cover this chunk's tokens; the first
+    chunk carries the prompt's logprobs when asked for; `stop_reason` is the stop string
+    or token id that ended the text (vLLM's), on the last."""
 
     text: str
     num_tokens: int
     finish_reason: str | None = None
     usage: RequestUsage | None = None
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprobs, ...] | None = None
+    stop_reason: int | str | None = None
+    prompt_logprobs: tuple[TokenLogprobs, ...] | None = None
 
 
 class EngineSettings(Protocol):
@@ -81,6 +110,11 @@ class Engine(Protocol):
         ...
 
     def stats(self) -> ReplicaStats: ...
+
+    def prefix_blocks(self) -> list[int]:
+        """The prompt prefix blocks (core.prefix_cache hashes) it holds, the most recently used
+        first: what prefix-aware routers rank it by. Empty without the app's prefix_cache."""
+        ...
 
     def set_batch_limit(self, limit: int) -> None: ...
 

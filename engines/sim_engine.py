@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 
 from autoscaling.splitwise.machine import machine_policies
 from autoscaling.throttllem.replica_policies import replica_policies
@@ -24,6 +25,7 @@ from batching.continuous_batcher import (
 )
 from batching.hook_chains import chain_admission, chain_clock, chain_preemption
 from core.request import Request
+from core.sampling import unmodelled
 from core.stats import ReplicaStats
 from core.token_counter import default_token_counter
 from energy.calibration import default_perf_model
@@ -45,6 +47,39 @@ def placeholder_text(request_id: str, start: int, count: int) -> str:
     return "".join(" " + _WORDS[(seed + i) % len(_WORDS)] for i in range(start, start + count))
 
 
+@dataclass(frozen=True)
+class Ending:
+    """Where a request's placeholder output ends: its tokens, the text the client gets and
+    the stop string that ended it (None: its length did)."""
+
+    tokens: int
+    text: str
+    stop: str | None = None
+
+
+def placeholder_ending(request: Request) -> Ending:
+    """The output as vLLM would end it: at the first stop string the text holds once past
+    min_tokens, cut before it (or after it, with include_stop_str_in_output); else at its
+    length. A continuation's output goes on from the tokens sent before (its offset)."""
+    n, rid, sampling = request.output_tokens_to_generate, request.request_id, request.sampling
+    offset = int(request.metadata.get(RESUME_OFFSET_KEY, 0))
+    if not sampling.stop:
+        return Ending(n, placeholder_text(rid, offset, n))
+    longest = max(map(len, sampling.stop))
+    text = ""
+    for k in range(1, n + 1):
+        word = placeholder_text(rid, offset + k - 1, 1)
+        text += word
+        if k <= sampling.min_tokens:
+            continue
+        window = max(0, len(text) - len(word) - longest + 1)  # a stop string ending in this token
+        hits = [(at, stop) for stop in sampling.stop if (at := text.find(stop, window)) >= 0]
+        if hits:
+            at, stop = min(hits)
+            return Ending(k, text[:at + len(stop) if sampling.include_stop_str_in_output else at], stop)
+    return Ending(n, text)
+
+
 class SimEngine:
     """Engine protocol over the modelled GPU, driven by asyncio sleeps."""
 
@@ -64,6 +99,7 @@ class SimEngine:
                 max_waiting=config.max_waiting_requests, shed_wait_factor=config.shed_wait_factor,
                 clock_forward_period_s=config.overheads.clock_forward_period_s,
                 clock_change_s=config.overheads.clock_change_s,
+                prefix_block_tokens=config.prefix_block_tokens,
             ),
         )
         # Every paper's hooks run as ordered chains: none replaces another's.
@@ -94,6 +130,11 @@ class SimEngine:
     def stats(self) -> ReplicaStats:
         self._take_over()
         return self.batcher.stats(self._clock())
+
+    def prefix_blocks(self) -> list[int]:
+        """The prefix blocks its cache holds, the most recently used first."""
+        cache = self.batcher.prefix_cache
+        return [] if cache is None else cache.held()
 
     def set_batch_limit(self, limit: int) -> None:
         self.batcher.set_batch_limit(limit)
@@ -135,24 +176,40 @@ class SimEngine:
         self.batcher.set_tensor_parallel(tp)
 
     def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
-        return self._stream(request, lambda: self.batcher.add(request, self._clock()))
+        refused = unmodelled(request.sampling)
+        if refused:  # the ingress answers these with a 400 (app.sampling); never served in silence
+            raise ValueError(f"request {request.request_id}: the modelled engine cannot honour {refused}")
+        ending = placeholder_ending(request)
+        if ending.stop is not None:  # it makes the tokens up to the stop string, as vLLM would
+            request = replace(request, target_output_tokens=ending.tokens)
+        return self._stream(request, lambda: self.batcher.add(request, self._clock()), ending)
 
     def resume(self, request: Request, prior: Sequence, kv_present: bool) -> AsyncIterator[GenerationChunk]:
         """Splitwise token phase: continue a sequence a prompt replica started, from its
         transferred KV (or, without it, after recomputing the prompt); streams only new tokens."""
-        return self._stream(request, lambda: self.batcher.resume(request, prior, self._clock(), kv_present))
+        return self._stream(request, lambda: self.batcher.resume(request, prior, self._clock(), kv_present),
+                            placeholder_ending(request))
 
-    async def _stream(self, request: Request, enter: Callable[[], Sequence]) -> AsyncIterator[GenerationChunk]:
+    async def _stream(self, request: Request, enter: Callable[[], Sequence],
+                      ending: Ending) -> AsyncIterator[GenerationChunk]:
         """The request's own generator (no wrapper around it), so closing what generate()
-        returns runs the `finally` below and aborts the request at once."""
+        returns runs the `finally` below and aborts the request at once. A continuation of a
+        request another replica started goes on with its text (`ending` from its offset)."""
         seq = enter()
         self._ensure_loop()
         queue: asyncio.Queue = asyncio.Queue()
         self._queues[request.request_id] = queue
         self._wakeup.set()
         sent = seq.generated
-        # A continuation of a request another replica started goes on with its text.
         offset = int(request.metadata.get(RESUME_OFFSET_KEY, 0))
+        chars = len(placeholder_text(request.request_id, offset, sent))  # of the output's text, sent
+
+        def text(count: int) -> str:
+            """The next `count` tokens' text as the client sees it (cut at a stop string)."""
+            nonlocal chars
+            start, chars = chars, chars + len(placeholder_text(request.request_id, offset + sent, count))
+            return ending.text[start:chars]
+
         try:
             while True:
                 item = await queue.get()
@@ -164,13 +221,14 @@ class SimEngine:
                 n = seq.generated - sent
                 if item is None or seq.done:
                     yield GenerationChunk(
-                        placeholder_text(request.request_id, offset + sent, n), n,
-                        finish_reason="length" if seq.generated >= request.max_tokens else "stop",
-                        usage=self._usage(seq),
+                        text(n), n,
+                        finish_reason="stop" if ending.stop is not None or seq.generated < request.max_tokens
+                        else "length",
+                        usage=self._usage(seq), stop_reason=ending.stop,
                     )
                     return
                 if n:
-                    yield GenerationChunk(placeholder_text(request.request_id, offset + sent, n), n)
+                    yield GenerationChunk(text(n), n)
                     sent += n
         finally:
             self._queues.pop(request.request_id, None)

@@ -58,6 +58,9 @@ class SimEngineConfig(BaseModel):
         "defaults to the ingress predictor's measured overrun when left at 0."))
     splitwise: MachineConfig | None = Field(default=None, description=(
         "Splitwise: the replica's phase pool adds its batcher hooks (§IV-B); None: none."))
+    prefix_block_tokens: int = Field(default=0, ge=0, description=(
+        "Set by the app from its prefix_cache: the replica caches prompts' prefix blocks of this many "
+        "tokens as vLLM caches prefixes, and prefills only what it does not hold. 0: no prefix cache."))
     overheads: OverheadTable = Field(default_factory=OverheadTable, description=(
         "What a TP change (start-up of the new engine) and a clock change (the GPUs take it late) "
         "cost: the table the planners assume and the simulator charges."))

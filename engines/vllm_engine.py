@@ -17,6 +17,8 @@ import dataclasses
 import glob
 import logging
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -41,9 +43,12 @@ from engines.protocol import GenerationChunk, RequestUsage, TensorParallelChange
 from engines.step_energy import StepEnergy
 from engines.vllm_clock import VllmClock
 from engines.vllm_config import KvTransferConfig, VllmEngineConfig
+from engines.vllm_lora import LoraAdapters
 from engines.vllm_placement import held_gpu_ids
+from engines.vllm_prefix_events import KvEventSubscriber, PrefixBlockTracker
 from engines.vllm_resume import Continuation
 from engines.vllm_running_batch import VllmRunningBatch
+from engines.vllm_sampling import token_logprobs
 from engines.vllm_stats import VllmStatsTracker, VllmStep
 from engines.vllm_step_speed import VllmStepSpeed
 
@@ -89,11 +94,23 @@ def cpu_threads_bind(tensor_parallel: int, cpus: list[int]) -> str:
     return "|".join(",".join(map(str, cpus[rank * share:(rank + 1) * share])) for rank in range(tensor_parallel))
 
 
-def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None) -> Any:
-    from vllm.config import KVTransferConfig
+def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None, kv_events: str | None = None) -> Any:
+    """vLLM's engine arguments: the config's fields, then its engine_kwargs unchanged;
+    `kv_events`: the ZMQ endpoint vLLM publishes its KV cache events on."""
+    from vllm.config import KVEventsConfig, KVTransferConfig
     from vllm.engine.arg_utils import AsyncEngineArgs
 
+    known = {f.name for f in dataclasses.fields(AsyncEngineArgs)}
+    unknown = sorted(set(config.engine_kwargs) - known)
+    if unknown:
+        raise ValueError(f"engine_kwargs.{unknown[0]}: not an argument of vLLM's engine (AsyncEngineArgs)")
+    extra: dict[str, Any] = dict(config.engine_kwargs)
+    if config.lora_adapters:
+        extra["enable_lora"] = True
+    if kv_events is not None:
+        extra["kv_events_config"] = KVEventsConfig(enable_kv_cache_events=True, publisher="zmq", endpoint=kv_events)
     return AsyncEngineArgs(
+        **extra,
         model=config.model, tokenizer=config.tokenizer_path, dtype=config.dtype, seed=config.seed,
         tensor_parallel_size=config.tensor_parallel, distributed_executor_backend=config.executor_backend,
         max_model_len=config.max_model_len, max_num_seqs=config.max_num_seqs,
@@ -122,7 +139,10 @@ class VllmEngine:
         # Our connector's files: a directory of the engine's own unless one is configured.
         self.blocks = BlockFiles(kv.storage_path, config.tensor_parallel) if kv and kv.block_files else None
         self.kv_transfer = kv.model_copy(update={"storage_path": self.blocks.directory}) if kv and self.blocks else kv
-        vllm_config = engine_args(config, self.kv_transfer).create_engine_config()
+        # The prefix blocks it holds, from vLLM's KV cache events (an endpoint of its own).
+        self._events_dir = tempfile.mkdtemp(prefix="wattwise-kv-events-") if config.prefix_block_tokens else None
+        endpoint = None if self._events_dir is None else f"ipc://{self._events_dir}/events"
+        vllm_config = engine_args(config, self.kv_transfer, endpoint).create_engine_config()
         if config.prefill_by_ttft_deadline:  # started prompts' chunks by deadline too (vLLM picked sync or async)
             asynchronous = vllm_config.scheduler_config.async_scheduling
             scheduler = "DeadlineFirstAsyncScheduler" if asynchronous else "DeadlineFirstScheduler"
@@ -142,6 +162,10 @@ class VllmEngine:
         engine_procs = new_children(children_before)
         self._reaper = watch_children(engine_procs) if engine_procs else None
         self.tokenizer = AutoTokenizer.from_pretrained(config.tokenizer_path)
+        self.adapters = LoraAdapters(config.lora_adapters)
+        self.prefix_events = None if endpoint is None else KvEventSubscriber(
+            endpoint, PrefixBlockTracker(config.prefix_block_tokens))
+        self._prompt_tokens_started = self._prompt_tokens_cached = 0  # vLLM's prefix cache hits
         self.gate = AdmissionGate(config.batch_limit, by_deadline=config.prefill_by_ttft_deadline)
         throttllem = config.throttllem
         # throttLL'eM's perf model, which is also the planner's for these GPUs.
@@ -282,7 +306,12 @@ class VllmEngine:
             interactive_running=sum(1 for s in self.running_batch.running if s.request.service_class == "interactive"),
             step_time_ratio=self.step_speed.ratio if self.step_speed is not None else 1.0,
             per_step_clock=self.clock_rule is not None,
+            prompt_tokens_started=self._prompt_tokens_started, prompt_tokens_cached=self._prompt_tokens_cached,
         )
+
+    def prefix_blocks(self) -> list[int]:
+        """The prefix blocks vLLM holds, from its KV cache events (none without prefix_cache)."""
+        return [] if self.prefix_events is None else self.prefix_events.held()
 
     def min_tbt_slo_s(self) -> float | None:
         """The tightest TBT target among admitted requests (Chiron's ITL SLO of a replica)."""
@@ -402,13 +431,16 @@ class VllmEngine:
         vllm_id = run.vllm_request_id
         self._vllm_ids[rid] = vllm_id
         stream = self.llm.generate(run.prompt(), run.sampling(), request_id=vllm_id,
-                                   priority=self._vllm_priority(request))
+                                   priority=self._vllm_priority(request), lora_request=self.adapters.lora(request),
+                                   tokenization_kwargs={"add_special_tokens": request.add_special_tokens})
         finished = False
         try:
             async for out in stream:
                 now = time.time()
                 completion = out.outputs[0]
+                first_output = run.prompt_ids is None
                 n = run.add(out, now)
+                tokens = self._tokens(run, out, n, first_output)
                 self._pending[rid] = [0, run.remaining]
                 self.running_batch.advance(rid, run.generated, run.first_s)
                 finished = out.finished
@@ -427,10 +459,11 @@ class VllmEngine:
                     if request.service_class != "batch":
                         self._outcomes.add(now, request.length_class, slo_met(
                             request.slo, usage.ttft_s, mean_tbt_s(usage.ttft_s, usage.e2e_s, run.generated)))
-                    yield GenerationChunk(completion.text, n, completion.finish_reason, usage)
+                    yield dataclasses.replace(tokens, finish_reason=completion.finish_reason, usage=usage,
+                                              stop_reason=completion.stop_reason)
                     return
-                if n:
-                    yield GenerationChunk(completion.text, n)
+                if n or tokens.prompt_logprobs is not None:
+                    yield tokens
                 if out.finished or rid in self._preempting:
                     if rid not in self._preempting:
                         raise RuntimeError(f"vLLM aborted request {vllm_id} on its own")
@@ -440,6 +473,24 @@ class VllmEngine:
             if not finished:
                 await stream.aclose()
                 await self.llm.abort(vllm_id)
+
+    def _tokens(self, run: Continuation, out: Any, n: int, first_output: bool) -> GenerationChunk:
+        """One DELTA output's new text, token ids and, when asked for, their logprobs (and,
+        in a request's first output, its prompt's)."""
+        completion = out.outputs[0]
+        ids = tuple(run.generated_ids[len(run.generated_ids) - n:])
+        decode = self._decode_token
+        logprobs = None if completion.logprobs is None else token_logprobs(ids, completion.logprobs, decode)
+        prompt = None
+        if first_output and run.preemptions == 0:
+            self._prompt_tokens_started += len(out.prompt_token_ids or ())
+            self._prompt_tokens_cached += out.num_cached_tokens or 0
+            if out.prompt_logprobs is not None:
+                prompt = token_logprobs(out.prompt_token_ids, out.prompt_logprobs, decode)
+        return GenerationChunk(completion.text, n, token_ids=ids, logprobs=logprobs, prompt_logprobs=prompt)
+
+    def _decode_token(self, token_id: int) -> str:
+        return self.tokenizer.decode([token_id])
 
     async def prefill(self, request: Request) -> int:
         """Prompt phase only (Splitwise prompt replica) with a connector that moves the KV
@@ -493,6 +544,10 @@ class VllmEngine:
 
     async def shutdown(self) -> None:
         self.llm.shutdown()
+        if self.prefix_events is not None:
+            self.prefix_events.close()
+        if self._events_dir is not None:
+            shutil.rmtree(self._events_dir, ignore_errors=True)
         if self._reaper is not None:
             self._reaper.terminate()
             self._reaper.wait()

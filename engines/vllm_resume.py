@@ -55,7 +55,12 @@ class Continuation:
 
     def sampling(self) -> Any:
         """vLLM SamplingParams of this segment: the request's, for the tokens left."""
-        params = sampling_params(replace(self.request, max_tokens=self.remaining))
+        request = self.request
+        if self.prompt_ids is not None:  # a resumed segment: its prompt's logprobs were sent
+            sampling = request.sampling
+            request = replace(request, sampling=replace(sampling, prompt_logprobs=None,
+                                                        min_tokens=max(0, sampling.min_tokens - self.generated)))
+        params = sampling_params(replace(request, max_tokens=self.remaining))
         flags = {k: True for k, on in ((KEEP_KV_ON_ABORT, self.keep_kv_on_abort), (EXPORT_KV, self.export_kv)) if on}
         if flags:
             params.extra_args = {**(params.extra_args or {}), **flags}

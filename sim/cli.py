@@ -8,16 +8,17 @@ import logging
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import numpy as np
 
 from core.overheads import OverheadTable
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
-from sim.config import SimConfig
+from sim.config import ReplicaRouter, SimConfig
 from sim.held_capacity import Floors
 from sim.metrics import J_PER_KWH, worst_class
+from sim.multi_turn import multi_turn
 from sim.run import simulate
 from sim.scenario import SPECS
 from sim.workload import (
@@ -44,6 +45,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=5.5, help="synthetic: requests/s")
     p.add_argument("--cv", type=float, default=1.0, help="synthetic: inter-arrival CV (1 = Poisson)")
     p.add_argument("--batch-fraction", type=float, default=0.0, help="share of batch service-class requests")
+    p.add_argument("--multi-turn", action="store_true", help=(
+        "the requests as turns of conversations sharing prefixes (sim.multi_turn: its assumptions), "
+        "so replicas cache prefixes; for traces without prefix hashes (conv, code)"))
+    p.add_argument("--router", default=SimConfig().replica_router,
+                   choices=get_args(ReplicaRouter),
+                   help="how a pool's request picks its replica (SimConfig.replica_router)")
     p.add_argument("--policy", action="append",
                    help=f"repeatable (default: singlepool and wattwise); e.g. {', '.join(SPECS)}")
     p.add_argument("--gpus", type=int, default=SimConfig().cluster_gpus, help="cluster size in GPUs")
@@ -80,7 +87,8 @@ def make_workload(args: argparse.Namespace, rng: np.random.Generator, max_contex
         w = scale_rate(w, args.rate_scale, rng)
     if args.batch_fraction > 0:
         w = with_batch_fraction(w, args.batch_fraction, rng)
-    return fit_context(w, max_context_tokens)
+    w = fit_context(w, max_context_tokens)
+    return multi_turn(w, rng) if args.multi_turn else w
 
 
 def progress(policy: str) -> Callable[[float, float], None]:
@@ -130,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
         model=args.model, hardware=args.hardware, profile=args.profile, cluster_gpus=args.gpus,
         overheads=OverheadTable.cold_cloud() if args.cold_start else OverheadTable(),
         control_interval_s=args.control_interval_s, price_per_gpu_hour=args.price_per_gpu_hour,
-        grid_gco2_per_kwh=args.grid_gco2_per_kwh,
+        grid_gco2_per_kwh=args.grid_gco2_per_kwh, replica_router=args.router,
     )
     rng = np.random.default_rng(args.seed)
     w = make_workload(args, rng, MODELS[args.model].max_context_tokens)

@@ -8,6 +8,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.config import BatchApiConfig
 from core.overheads import OverheadTable
+from core.replica_choice import PrefixAffinity
+
+ReplicaRouter = Literal["kv_aware", "prefix_aware", "pow2", "oracle"]
 
 
 class SimConfig(BaseModel):
@@ -64,3 +67,14 @@ class SimConfig(BaseModel):
     length_error_p95: float = Field(default=0.0, ge=0, description=(
         "p95 relative error of the \"noisy\" predictions (throttLL'eM §V-D: 0.15, 0.30)."))
     length_error_seed: int = Field(default=0, description="Seed of the \"noisy\" predictions' noise.")
+    replica_router: ReplicaRouter = Field(default="kv_aware", description=(
+        "How a pool's request picks its replica: \"kv_aware\" the KV-room rank (core.replica_choice, the "
+        "Serve pools' default router); \"prefix_aware\" that rank after the replicas holding the prompt's "
+        "prefix within the load bound (`prefix_affinity`); \"pow2\" Serve's default router (the shorter queue "
+        "of two at random); \"oracle\" the replica holding the most of the prompt whatever its load (every "
+        "cache known: the hit rate's reference). Replicas cache prompt prefixes whenever the workload has "
+        "prefix hashes (Mooncake's, the multi-turn generator's), as vLLM does."))
+    prefix_affinity: PrefixAffinity = Field(default=PrefixAffinity(), description=(
+        "The load bound on prefix affinity (\"prefix_aware\"): requests above the least loaded replica, "
+        "and the least share of the prompt a replica must hold."))
+    router_seed: int = Field(default=0, description="Seed of \"pow2\"'s random picks.")

@@ -112,6 +112,10 @@ def summarise(raw: RawRun, config: SimConfig, carbon_series: np.ndarray | None =
         "p99_max_tbt_s": overall["max_tbt_s"]["p99"],
         "p99_e2e_s": overall["e2e_s"]["p99"],
         "preemptions": int(log.preemptions.sum()),
+        # Prefix caching (workloads with prefix hashes): share of completed prompts' tokens found
+        # cached, and the prompt tokens computed.
+        "prefix_hit_rate": float(log.cached_tokens[log.done].sum() / max(log.prompt_tokens[log.done].sum(), 1)),
+        "prefill_tokens_computed": int((log.prompt_tokens - log.cached_tokens)[log.done].sum()),
         "peak_gpus": int(max(raw.series.gpus)),
         "slo_guard_s": dict(raw.slo_guard_s),
         "by_length_class": {c: _group(log, log.length_class == i, met) for i, c in enumerate(CLASS_NAMES)

@@ -30,6 +30,7 @@ class RequestLog:
         self.mean_tbt_s = np.full(n, np.nan)
         self.energy_j = np.zeros(n)
         self.prompt_tokens = np.zeros(n, dtype=np.int64)
+        self.cached_tokens = np.zeros(n, dtype=np.int64)  # of the prompt, found in its replica's prefix cache
         self.output_tokens = np.zeros(n, dtype=np.int64)
         self.preemptions = np.zeros(n, dtype=np.int64)
         self.slo_ttft_s = np.full(n, np.nan)
@@ -57,6 +58,7 @@ class RequestLog:
         self.output_tokens[i] = seq.generated
         self.slo_e2e_s[i] = seq.request.slo.e2e_for(seq.generated)
         self.preemptions[i] = seq.preemptions
+        self.cached_tokens[i] = seq.cached_tokens
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import IntEnum
 
 import numpy as np
@@ -27,7 +27,7 @@ from batching.continuous_batcher import AdmissionPolicy, BatcherConfig, ClockPol
 from core.classes import LengthClassConfig, ServiceClass, default_service_classes
 from core.plan import ClusterPlan
 from core.policy import ControlPolicy
-from core.replica_choice import rank_replicas
+from core.replica_choice import PrefixAffinity, rank_replicas
 from core.request import Request
 from core.roles import BATCH_QUEUE_DEPLOYMENT, Phase, ReplicaKind
 from core.view import ClusterView, DeploymentView
@@ -182,6 +182,7 @@ class Simulator:
         # The last field is the event's replica, or for CALL a function of the time.
         self._heap: list[tuple[float, int, Event, SimReplica | Callable[[float], None] | None]] = []
         self._seq = 0
+        self._router_rng = np.random.default_rng(config.router_seed)
 
     # ---- events ----------------------------------------------------------------
     def _push(self, t: float, kind: Event, replica: SimReplica | Callable[[float], None] | None = None) -> None:
@@ -246,6 +247,8 @@ class Simulator:
             service_class="interactive" if w.interactive[i] else "batch",
             arrival_s=now, target_output_tokens=out,
         )
+        if w.prefix is not None:
+            request.prefix_hashes = w.prefix[i]
         log = self.log
         log.prompt_tokens[i] = request.prompt_tokens
         log.slo_ttft_s[i] = request.slo.ttft_s
@@ -328,7 +331,7 @@ class Simulator:
                 return False
             pool.outside.append(request)
             return True
-        best = ready[rank_replicas([r.ready_batcher.occupancy() for r in ready], request.prompt_tokens)[0]]
+        best = ready[self._rank(ready, request)[0]]
         prior = self.preempted.pop(request.request_id, None)
         try:
             if prior is None:
@@ -342,6 +345,20 @@ class Simulator:
             return True
         self._kick(best, now)
         return True
+
+    def _rank(self, ready: list[SimReplica], request: Request) -> list[int]:
+        """The pool's ready replicas best first for `request`, by the config's router."""
+        router = self.config.replica_router
+        if router == "pow2":  # Serve's default: of two at random, the shorter queue
+            two = self._router_rng.choice(len(ready), size=min(2, len(ready)), replace=False).tolist()
+            two.sort(key=lambda i: ready[i].load)
+            return two + [i for i in range(len(ready)) if i not in two]
+        affinity = {"prefix_aware": self.config.prefix_affinity, "oracle": PrefixAffinity.unbounded()}.get(router)
+        occupancy = [r.ready_batcher.occupancy() for r in ready]
+        if affinity is not None:
+            occupancy = [replace(o, cached_prompt_tokens=r.ready_batcher.cached_prompt_tokens(request))
+                         for o, r in zip(occupancy, ready, strict=True)]
+        return rank_replicas(occupancy, request.prompt_tokens, affinity=affinity)
 
     def _kick(self, r: SimReplica, now: float) -> None:
         """Start the replica's next step if it is free to."""
@@ -407,6 +424,7 @@ class Simulator:
             interactive_first=pool.setup.kind is ReplicaKind.MIXED or pool.setup.interactive_first,
             prefill_by_ttft_deadline=pool.setup.prefill_by_ttft_deadline,
             clock_forward_period_s=cfg.overheads.clock_forward_period_s, clock_change_s=cfg.overheads.clock_change_s,
+            prefix_block_tokens=self.workload.prefix_block_tokens,
         ))
         if pool.setup.batcher_policies is not None:
             batcher.admission, batcher.clock_policy = pool.setup.batcher_policies(self.perf, batcher.config)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from core.paths import DATA
+from core.prefix_cache import chained
 
 # The checkout's data/ or, in an installed wheel, its package data (core.paths).
 TRACE_DIR = DATA / "azure"
@@ -32,11 +33,17 @@ class Workload:
     prompt_tokens: np.ndarray  # int64 >= 1
     output_tokens: np.ndarray  # int64 >= 1
     interactive: np.ndarray  # bool: interactive (else batch) service class
+    # Each prompt's prefix blocks of `prefix_block_tokens` tokens, chained hashes
+    # (core.prefix_cache): Mooncake's hash_ids, the multi-turn generator's. None: unknown.
+    prefix: tuple[tuple[int, ...], ...] | None = None
+    prefix_block_tokens: int = 0
 
     def __post_init__(self) -> None:
         n = len(self.arrival_s)
         if not (len(self.prompt_tokens) == len(self.output_tokens) == len(self.interactive) == n):
             raise ValueError("workload arrays must have the same length")
+        if self.prefix is not None and len(self.prefix) != n:
+            raise ValueError("workload prefix blocks must be one entry per request")
 
     def __len__(self) -> int:
         return len(self.arrival_s)
@@ -46,8 +53,11 @@ class Workload:
         return float(self.arrival_s[-1]) if len(self) else 0.0
 
     def take(self, mask: np.ndarray) -> Workload:
-        return Workload(self.arrival_s[mask], self.prompt_tokens[mask], self.output_tokens[mask],
-                        self.interactive[mask])
+        """The requests a boolean mask or an index array picks (repeats allowed), in its order."""
+        idx = np.flatnonzero(mask) if mask.dtype == bool else mask
+        prefix = None if self.prefix is None else tuple(self.prefix[i] for i in idx)
+        return replace(self, arrival_s=self.arrival_s[idx], prompt_tokens=self.prompt_tokens[idx],
+                       output_tokens=self.output_tokens[idx], interactive=self.interactive[idx], prefix=prefix)
 
 
 def _parse_time(stamp: str) -> float:
@@ -71,17 +81,26 @@ def load_trace(source: str | Path) -> Workload:
     return Workload(arrival, prompt, output, np.ones(len(arrival), dtype=bool))
 
 
+MOONCAKE_BLOCK_TOKENS = 512  # the tokens of one of its hash_ids' blocks
+
+
 def _load_jsonl(path: Path) -> Workload:
     """Mooncake's trace format: one object a line with `timestamp` (ms), `input_length` and
-    `output_length` (tokens); other fields (its prefix hashes) are not modelled. Requests keep
-    the file's order at equal times (a conversation's turns)."""
+    `output_length` (tokens), and `hash_ids` (its 512-token prompt blocks; equal ids, equal
+    prefix content), kept as the prompt's full blocks. Requests keep the file's order at equal
+    times (a conversation's turns)."""
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     stamps_s = np.array([row["timestamp"] for row in rows], dtype=float) / 1000.0
     order = np.argsort(stamps_s, kind="stable")
     arrival = stamps_s[order] - (stamps_s[order[0]] if len(rows) else 0.0)
     prompt = np.maximum(np.array([row["input_length"] for row in rows], dtype=np.int64)[order], 1)
     output = np.maximum(np.array([row["output_length"] for row in rows], dtype=np.int64)[order], 1)
-    return Workload(arrival, prompt, output, np.ones(len(rows), dtype=bool))
+    prefix = None
+    if rows and all("hash_ids" in row for row in rows):
+        prefix = tuple(chained(rows[i]["hash_ids"][:rows[i]["input_length"] // MOONCAKE_BLOCK_TOKENS])
+                       for i in order)
+    return Workload(arrival, prompt, output, np.ones(len(rows), dtype=bool), prefix,
+                    MOONCAKE_BLOCK_TOKENS if prefix is not None else 0)
 
 
 def window(w: Workload, start_s: float = 0.0, duration_s: float | None = None) -> Workload:
@@ -89,7 +108,7 @@ def window(w: Workload, start_s: float = 0.0, duration_s: float | None = None) -
     end = np.inf if duration_s is None else start_s + duration_s
     mask = (w.arrival_s >= start_s) & (w.arrival_s < end)
     out = w.take(mask)
-    return Workload(out.arrival_s - start_s, out.prompt_tokens, out.output_tokens, out.interactive)
+    return replace(out, arrival_s=out.arrival_s - start_s)
 
 
 def shuffle_blocks(w: Workload, block_s: float, rng: np.random.Generator) -> Workload:
@@ -102,14 +121,14 @@ def shuffle_blocks(w: Workload, block_s: float, rng: np.random.Generator) -> Wor
     slot[rng.permutation(len(slot))] = np.arange(len(slot))
     arrival = slot[block] * block_s + (w.arrival_s - block * block_s)
     order = np.argsort(arrival, kind="stable")
-    return Workload(arrival[order], w.prompt_tokens[order], w.output_tokens[order], w.interactive[order])
+    return replace(w.take(order), arrival_s=arrival[order])
 
 
 def scale_time(w: Workload, factor: float) -> Workload:
     """Stretch (factor > 1) or compress the timeline; the rate changes by 1/factor."""
     if factor <= 0:
         raise ValueError("time scale must be > 0")
-    return Workload(w.arrival_s * factor, w.prompt_tokens, w.output_tokens, w.interactive)
+    return replace(w, arrival_s=w.arrival_s * factor)
 
 
 def scale_rate(w: Workload, factor: float, rng: np.random.Generator) -> Workload:
@@ -220,14 +239,16 @@ def with_batch_fraction(w: Workload, batch_fraction: float, rng: np.random.Gener
     """Mark a random share of requests as batch service class (Chiron's mix)."""
     if not 0 <= batch_fraction <= 1:
         raise ValueError("batch fraction must be in [0, 1]")
-    return Workload(w.arrival_s, w.prompt_tokens, w.output_tokens, rng.random(len(w)) >= batch_fraction)
+    return replace(w, interactive=rng.random(len(w)) >= batch_fraction)
 
 
 def fit_context(w: Workload, max_context_tokens: int) -> Workload:
     """Clip prompts so prompt + output fits the model's context (traces hold a few longer ones)."""
     output = np.minimum(w.output_tokens, max_context_tokens - 1)
     prompt = np.clip(w.prompt_tokens, 1, max_context_tokens - output)
-    return Workload(w.arrival_s, prompt, output, w.interactive)
+    prefix = None if w.prefix is None else tuple(
+        blocks[:int(p) // w.prefix_block_tokens] for blocks, p in zip(w.prefix, prompt, strict=True))
+    return replace(w, prompt_tokens=prompt, output_tokens=output, prefix=prefix)
 
 
 def superpose(*workloads: Workload) -> Workload:

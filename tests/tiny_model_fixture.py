@@ -51,6 +51,34 @@ def tiny_model() -> Path:
     return path
 
 
+def build_tiny_lora(model: Path, out_dir: Path, rank: int = 8, seed: int = 0) -> Path:
+    """A LoRA adapter of the tiny model in PEFT's layout (q_proj and v_proj of every layer,
+    random weights large enough to change greedy output): what vLLM's --lora-modules and a
+    pool's lora_adapters load. ~1 s."""
+    import json
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model)
+    hidden, kv = config.hidden_size, config.num_key_value_heads * (config.hidden_size // config.num_attention_heads)
+    generator = torch.Generator().manual_seed(seed)
+    weights = {}
+    for layer in range(config.num_hidden_layers):
+        for module, out in (("q_proj", hidden), ("v_proj", kv)):
+            prefix = f"base_model.model.model.layers.{layer}.self_attn.{module}"
+            weights[f"{prefix}.lora_A.weight"] = torch.randn(rank, hidden, generator=generator) * 0.5
+            weights[f"{prefix}.lora_B.weight"] = torch.randn(out, rank, generator=generator) * 0.5
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(out_dir / "adapter_model.safetensors"))
+    (out_dir / "adapter_config.json").write_text(json.dumps({
+        "peft_type": "LORA", "task_type": "CAUSAL_LM", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0,
+        "target_modules": ["q_proj", "v_proj"], "bias": "none", "fan_in_fan_out": False,
+        "base_model_name_or_path": str(model), "modules_to_save": None}))
+    return out_dir
+
+
 @functools.cache
 def _hf_model(model: Path) -> tuple[Any, Any]:
     """The tiny model in HF transformers, loaded once per session (the reference's inputs)."""

@@ -134,12 +134,17 @@ class Dilation:
     """A pool whose engine runs `slowdown` times slower than the profile, as the profile's
     engine sees it: time stretches by `slowdown`, so the same replicas carry 1/`slowdown` of
     the rate within SLOs `slowdown` times as long, at the power of the profile's engine at
-    `slowdown` times the rate (each step as long, as hungry, and as many of them per request)."""
+    `slowdown` times the rate (each step as long, as hungry, and as many of them per request).
+    `work`: the share of the profile's work per request the replicas do (prompts found in their
+    prefix caches skip that prefill, ReplicaStats.prefix_work_ratio): it scales the load the
+    replicas carry, not their steps' time."""
 
     slowdown: float = 1.0
+    work: float = 1.0
 
     def rates(self, planned: dict[str, float]) -> dict[str, float]:
-        return planned if self.slowdown == 1.0 else {cls: r * self.slowdown for cls, r in planned.items()}
+        factor = self.slowdown * self.work
+        return planned if factor == 1.0 else {cls: r * factor for cls, r in planned.items()}
 
     def headroom(self, share: float) -> float:
         return share / self.slowdown
@@ -376,18 +381,22 @@ class PoolShapePlanner:
             self._next_epoch_s = self._first_epoch_at_s = now_s + self.config.first_epoch_s
         return now_s >= self._next_epoch_s
 
-    def dilation(self, pool: str, step_time_ratios: list[float]) -> Dilation:
+    def dilation(self, pool: str, step_time_ratios: list[float], work_ratios: Collection[float] = ()) -> Dilation:
         """How much slower than the profile a pool's replicas run (the median of what they
         measured; 0 is a replica that timed no step yet), or AS_PROFILED when that is within
         the deadband or not followed. With nothing measured (every replica new, or none) the
-        pool keeps its last: a fresh replica says nothing about the engine's speed."""
+        pool keeps its last: a fresh replica says nothing about the engine's speed. `work_ratios`:
+        each replica's share of the profile's work its prompts' cache hits leave (the median
+        counts, within the same deadband)."""
         if not self.config.follow_measured_speed:
             return AS_PROFILED
         measured = [r for r in step_time_ratios if r > 0]
         if not measured:
             return self._dilation.get(pool, AS_PROFILED)
         ratio = float(np.median(measured))
-        dilation = AS_PROFILED if abs(ratio - 1.0) <= self.config.speed_deadband else Dilation(ratio)
+        work = float(np.median(list(work_ratios))) if work_ratios else 1.0
+        deadband = self.config.speed_deadband
+        dilation = Dilation(1.0 if abs(ratio - 1.0) <= deadband else ratio, 1.0 if 1.0 - work <= deadband else work)
         self._dilation[pool] = dilation
         return dilation
 
@@ -497,7 +506,7 @@ class PoolShapePlanner:
             # re-sharding at the next epoch holds both shapes' GPUs in between).
             if same_tp is not None:
                 growing = same_tp.instances > current.instances and now_s >= self._first_epoch_at_s
-                if not ((epoch or growing) and dilation is AS_PROFILED and self._pays(same_tp, best)):
+                if not ((epoch or growing) and dilation.slowdown == 1.0 and self._pays(same_tp, best)):
                     best = same_tp
         instances = best.instances
         cap = min(gpus_available // best.tensor_parallel, max_instances or gpus_available)

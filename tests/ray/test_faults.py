@@ -121,7 +121,7 @@ async def _one(client: openai.AsyncOpenAI, tally: Tally, prompt_words: int, max_
     except openai.APIError as exc:
         tally.add(_classify_error(exc), None if _classify_error(exc) == "error_retryable" else repr(exc))
         return
-    expected = placeholder_text(rid.removeprefix("cmpl-"), 0, max_tokens)
+    expected = placeholder_text(rid.removeprefix("chat").removeprefix("cmpl-"), 0, max_tokens)
     if finish is None:
         tally.add("lost", f"{rid}: the stream ended silently after {len(text.split())} tokens")
     elif text != expected or usage is None or usage.completion_tokens != max_tokens:

@@ -112,7 +112,7 @@ def test_vllm_serve_configs_validate_and_place_replicas(name: str) -> None:
         AppAutoscalingPolicy(**app.autoscaling_policy["policy_kwargs"])
         for pool in config.pools:
             assert pool.engine.kind == "vllm"
-            deployment = _pool_deployment(pool, config.stream_flush_s)._bound_deployment
+            deployment = _pool_deployment(pool, config)._bound_deployment
             bundles = deployment._replica_config.placement_group_bundles
             tp = pool.engine.tensor_parallel
             if pool.engine.device == "cpu":

@@ -51,13 +51,18 @@ def _rejected(schema: type, body: dict[str, Any]) -> APIError:
 
 
 @pytest.mark.parametrize(("extra", "param"), [
-    ({"n": 2}, "n"), ({"temperature": 2.5}, "temperature"), ({"temperature": "1"}, "temperature"),
+    ({"n": 17}, "n"), ({"n": 2, "temperature": 0}, "n"), ({"temperature": 2.5}, "temperature"),
+    ({"temperature": "1"}, "temperature"),
     ({"top_p": 0}, "top_p"), ({"max_tokens": 0}, "max_tokens"), ({"max_tokens": 10**7}, "max_tokens"),
     ({"max_tokens": 1.5}, "max_tokens"), ({"stream": "yes"}, "stream"), ({"stop": ["a"] * 5}, "stop"),
     ({"stop": "x" * 257}, "stop"), ({"stop": [""]}, "stop"), ({"logit_bias": {"abc": 1}}, "logit_bias.abc"),
     ({"logit_bias": {"42": 101}}, "logit_bias.42"), ({"user": "u" * 257}, "user"), ({"prompt": "\ud800"}, "prompt"),
     ({"prompt": ["ok", "\udfff"]}, "prompt"), ({"prompt": ["a", "b"]}, "prompt"), ({"prompt": "  "}, "prompt"),
-    ({"prompt": [1, 2]}, "prompt"), ({"seed": 2**64}, "seed"), ({"logprobs": 6}, "logprobs"),
+    ({"prompt": [1, 2]}, "prompt"), ({"seed": 2**64}, "seed"), ({"logprobs": 21}, "logprobs"),
+    ({"use_beam_search": True}, "use_beam_search"), ({"suffix": "x"}, "suffix"),
+    ({"response_format": {"type": "json_schema"}}, "response_format"),
+    ({"structured_outputs": {"regex": "a", "choice": ["b"]}}, "structured_outputs"),
+    ({"stream_options": {"include_usage": True}}, "stream_options"),
     ({"ignore_eos": "yes"}, "ignore_eos"),
 ])
 def test_bad_completion_fields_are_400_naming_the_field(extra: dict[str, Any], param: str) -> None:

@@ -87,15 +87,15 @@ def test_a_slower_pool_is_planned_with_more_instances_and_a_faster_one_with_fewe
 
 def test_small_or_unfollowed_deviations_leave_the_profile_as_it_is(profile) -> None:
     planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
-    assert planner.dilation("p", []) is AS_PROFILED
-    assert planner.dilation("p", [1.05, 0.97, 1.08]) is AS_PROFILED  # within the deadband: noise
+    assert planner.dilation("p", []) == AS_PROFILED
+    assert planner.dilation("p", [1.05, 0.97, 1.08]) == AS_PROFILED  # within the deadband: noise
     assert planner.dilation("p", [2.1, 1.9, 5.0]).slowdown == pytest.approx(2.1)  # the median, not one outlier
     # New replicas (0: no step timed yet) neither dilute the median nor reset what was learnt.
     assert planner.dilation("p", [0.0, 0.0, 1.9, 2.1, 5.0]).slowdown == pytest.approx(2.1)
     assert planner.dilation("p", [0.0, 0.0]).slowdown == pytest.approx(2.1)
-    assert planner.dilation("q", [0.0]) is AS_PROFILED
+    assert planner.dilation("q", [0.0]) == AS_PROFILED
     trusting = PoolShapePlanner(profile, ShapePlannerConfig(follow_measured_speed=False), LENGTHS, 33.0, 300.0)
-    assert trusting.dilation("p", [2.0, 2.0]) is AS_PROFILED
+    assert trusting.dilation("p", [2.0, 2.0]) == AS_PROFILED
 
 
 def test_the_composite_plans_on_what_its_replicas_measure(profile) -> None:
@@ -124,3 +124,17 @@ def test_slower_replicas_meet_their_slos_when_the_planner_follows_their_measured
     assert measured["step_time_ratio"] > 1.3
     measured_misses, blind_misses = (1 - r["slo_attainment"]["overall"] for r in (measured, blind))
     assert measured_misses <= 0.02 and blind_misses >= 5 * measured_misses
+
+
+def test_prefix_cache_hits_count_as_less_work_per_request_not_faster_steps(profile) -> None:
+    """Replicas whose prompts are partly cached report the share of the profile's work they
+    do (ReplicaStats.prefix_work_ratio): the planner carries the load on fewer replicas, its
+    TBT headroom as it was (decodes are no faster)."""
+    planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    assert planner.dilation("p", [1.0, 1.0], [0.97, 1.0]) == AS_PROFILED  # within the deadband
+    cached = planner.dilation("p", [1.0, 1.02], [0.6, 0.7, 0.8])
+    assert (cached.slowdown, cached.work) == (1.0, pytest.approx(0.7)) and cached.headroom(0.7) == 0.7
+    rates = {"SS": 36.0, "SM": 12.0}
+    assert cached.rates(rates) == {"SS": pytest.approx(25.2), "SM": pytest.approx(8.4)}
+    assert planner.cheapest(rates, 96, dilation=cached, tps=[4]).instances < planner.cheapest(
+        rates, 96, tps=[4]).instances

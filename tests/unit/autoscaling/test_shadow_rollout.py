@@ -8,7 +8,7 @@ import pytest
 from pydantic import ValidationError
 from ray.serve.config import AutoscalingConfig, AutoscalingContext
 
-from app.config import PoolConfig
+from app.config import AppConfig, PoolConfig
 from autoscaling.shadow_rollout import SHADOW_KEY, ShadowPool, ShadowRollouts
 from core.plan import ClusterPlan
 from core.stats import ReplicaStats
@@ -234,7 +234,7 @@ def test_shadow_pools_get_a_deployment_per_tp_at_zero_replicas() -> None:
     assert _pool(engine={"tensor_parallel": 2}, tensor_parallel_options=[2, 4]).deployments_by_tp() == {2: "pool-a"}
     vllm = _pool(engine={"kind": "vllm", "model": "/m", "tensor_parallel": 1}, tensor_parallel_options=[2, 1],
                  autoscaling={"min_replicas": 1, "max_replicas": 2})
-    apps = _pool_deployments(vllm, 0.05)
+    apps = _pool_deployments(vllm, AppConfig.model_construct())
     assert list(apps) == ["pool-a", "pool-a-tp2"]
     primary, shadow = (apps[n]._bound_deployment for n in apps)
     assert primary.init_args[1]["tensor_parallel"] == 1 and shadow.init_args[1]["tensor_parallel"] == 2

@@ -18,13 +18,16 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 
 from deployments.asgi_bridge import HttpExchange, ResponseBody, ResponseParts
-from deployments.gateway import Gateway
+from deployments.gateway import Gateway, ModelRoutes, OtherApp
 from deployments.ingress import Ingress
 from deployments.ingress_state import IngressState
 from deployments.replica import LLMReplica, ReplicaIdentity
 from engines.sim_engine import SimEngine, placeholder_text
 from engines.sim_engine_config import SimEngineConfig
-from tests.unit.deployments.test_ingress_app import MODEL, _auth, _config, _Handle, _healthy
+from tests.in_process_app import Handle as _Handle
+from tests.in_process_app import healthy as _healthy
+from tests.in_process_app import sim_ingress
+from tests.unit.deployments.test_ingress_app import MODEL, _auth, _config
 
 
 class _Replicas:
@@ -81,7 +84,7 @@ def _served(gateway: Gateway) -> TestClient:
 
 @pytest.fixture
 def client(replicas: _Replicas) -> Iterator[TestClient]:
-    with _served(Gateway(replicas.start, max_body_bytes=10_000_000, failover_s=5.0)) as c:
+    with _served(Gateway(ModelRoutes(replicas.start, [MODEL], {}), max_body_bytes=10_000_000, failover_s=5.0)) as c:
         yield c
 
 
@@ -100,7 +103,7 @@ def test_a_stream_whose_ingress_dies_goes_on_from_another_with_every_token_once(
     events = _events(r.text)
     deltas = [c["choices"][0]["delta"] if chat else c["choices"][0] for c in events if c.get("choices")]
     text = "".join(d.get("content" if chat else "text") or "" for d in deltas)
-    request_id = events[0]["id"].removeprefix("cmpl-")
+    request_id = events[0]["id"].removeprefix("chat").removeprefix("cmpl-")
     assert text == placeholder_text(request_id, 0, 30)  # no token missing, none repeated
     assert len({c["id"] for c in events}) == 1  # one response, as the client sees it
     if chat:
@@ -117,7 +120,7 @@ def test_a_stream_whose_ingress_dies_after_the_failover_window_still_goes_on(rep
     """The window counts from the failure: a stream that ran longer than it before its
     replica died is resumed, not ended with an error (CI: a node's loss took long to be seen)."""
     replicas.die_after[0], replicas.death_s = 3, 0.6
-    with _served(Gateway(replicas.start, max_body_bytes=10_000_000, failover_s=0.3)) as c:
+    with _served(Gateway(ModelRoutes(replicas.start, [MODEL], {}), max_body_bytes=10_000_000, failover_s=0.3)) as c:
         r = c.post("/v1/completions", headers=_auth(),
                    json={"model": MODEL, "prompt": "tell me a story", "max_tokens": 30, "stream": True})
     events = _events(r.text)
@@ -151,6 +154,29 @@ def test_a_stream_no_replica_can_take_over_ends_with_an_error_event(client: Test
 
 
 def test_a_body_over_the_limit_is_refused_before_any_ingress_sees_it(replicas: _Replicas) -> None:
-    with _served(Gateway(replicas.start, max_body_bytes=100, failover_s=5.0)) as c:
+    with _served(Gateway(ModelRoutes(replicas.start, [MODEL], {}), max_body_bytes=100, failover_s=5.0)) as c:
         r = c.post("/v1/completions", headers=_auth(), content=b"x" * 1000)
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large" and not replicas.calls
+
+
+def test_a_request_naming_another_apps_model_goes_to_that_apps_ingress(replicas: _Replicas) -> None:
+    """AppConfig.model_apps: one /v1, several models; each request reaches the app serving
+    its model (asked for its names when one is not known), anything else this app's."""
+    other_config = _config().model_copy(update={"model_name": "other-model"})
+    other = _Replicas([sim_ingress(other_config)])
+    asked: list[str] = []
+
+    async def other_models() -> list[str]:
+        asked.append("other")
+        return [card["id"] for card in other.ingresses[0].model_cards()]
+
+    routes = ModelRoutes(replicas.start, [MODEL], {"other-app": OtherApp(other.start, other_models)})
+    with _served(Gateway(routes, max_body_bytes=10_000_000, failover_s=5.0)) as c:
+        mine = c.post("/v1/completions", headers=_auth(), json={"model": MODEL, "prompt": "hi", "max_tokens": 2})
+        theirs = c.post("/v1/chat/completions", headers=_auth(), json={
+            "model": "other-model", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})
+        again = c.post("/tokenize", headers=_auth(), json={"model": "other-model", "prompt": "hi"})
+        unknown = c.post("/v1/completions", headers=_auth(), json={"model": "nope", "prompt": "hi"})
+    assert mine.json()["model"] == MODEL and theirs.json()["model"] == "other-model", theirs.text
+    assert again.status_code == 200 and asked == ["other", "other"]  # known after one ask; "nope" asks again
+    assert unknown.status_code == 404 and len(replicas.calls) == 2 and len(other.calls) == 2

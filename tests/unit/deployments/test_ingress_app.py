@@ -19,38 +19,14 @@ from app.config import AppConfig, hash_key
 from core.paths import SERVE_CONFIG
 from core.plan import ClusterPlan
 from deployments.ingress import Ingress, pool_ready
-from deployments.ingress_state import IngressState
 from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
-from deployments.replica import LLMReplica, ReplicaIdentity
+from deployments.replica import LLMReplica
 from engines.protocol import RequestUsage
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from tests.in_process_app import Handle as _Handle
+from tests.in_process_app import sim_ingress
 
 KEY, ADMIN_KEY = "sk-unit-tenant", "sk-unit-admin"
 MODEL = "llama2-70b-sim"
-
-
-class _Method:
-    def __init__(self, target: Any, name: str) -> None:
-        self.target, self.name = target, name
-
-    def remote(self, *args: Any) -> Any:
-        # A round trip through pickle, as a Ray handle's arguments and replies take.
-        args = pickle.loads(pickle.dumps(args))
-        return getattr(self.target, self.name)(*args)
-
-
-class _Handle:
-    """A DeploymentHandle's call surface over one object in this process."""
-
-    def __init__(self, target: Any) -> None:
-        self.target = target
-
-    def options(self, **_: Any) -> _Handle:
-        return self
-
-    def __getattr__(self, name: str) -> _Method:
-        return _Method(self.target, name)
 
 
 class _Shedding:
@@ -67,20 +43,10 @@ def _config() -> AppConfig:
     return AppConfig.model_validate(args).resolved()
 
 
-def _healthy(app_name: str, pools: set[str]) -> dict[str, Any]:
-    return {p: {"status": "HEALTHY", "replicas": {"RUNNING": 1}} for p in pools}
-
-
 @pytest.fixture(scope="module")
 def ingress() -> Ingress:
     """Built once (the predictor and the engines' models take seconds to load)."""
-    config = _config()
-    replicas = {p.deployment_name: LLMReplica(p.name, SimEngine(SimEngineConfig()),
-                                              ReplicaIdentity("app", p.deployment_name, "r0"))
-                for p in config.pools}
-    pools: dict[str, Any] = {name: _Handle(r) for name, r in replicas.items()}
-    state = IngressState(config, pools, "app", pool_status=_healthy)
-    return Ingress(config, pools, "app", state=state)
+    return sim_ingress(_config())
 
 
 @pytest.fixture

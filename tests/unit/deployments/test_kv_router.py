@@ -8,7 +8,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.replica_choice import ReplicaOccupancy
-from deployments.kv_router import KvAwareRouter, occupancy_stats
+from deployments.kv_router import (
+    PREFIX_BLOCKS_STAT,
+    REQUESTS_STAT,
+    STATS_PERIOD_S,
+    KvAwareRouter,
+    PrefixAwareRouter,
+    occupancy_stats,
+)
 
 
 class _Clock:
@@ -72,13 +79,43 @@ def test_a_replica_with_no_report_yet_has_room() -> None:
     assert _first(_router(), replicas, "r1") == "new"
 
 
-def test_a_sim_replica_reports_its_occupancy_as_flat_floats() -> None:
+def test_a_sim_replica_reports_its_occupancy_as_flat_floats_and_its_prefix_blocks() -> None:
     """What Serve carries from LLMReplica.record_routing_stats to the routers."""
     from deployments.replica import LLMReplica, ReplicaIdentity
     from engines.sim_engine import SimEngine
     from engines.sim_engine_config import SimEngineConfig
 
-    replica = LLMReplica("short", SimEngine(SimEngineConfig()), ReplicaIdentity("app", "pool-short", "r0"))
+    engine = SimEngine(SimEngineConfig(prefix_block_tokens=512))
+    replica = LLMReplica("short", engine, ReplicaIdentity("app", "pool-short", "r0"))
+    engine.batcher.prefix_cache.use((4, 5))  # type: ignore[union-attr]
     stats = replica.record_routing_stats()
-    assert all(type(v) is float for v in stats.values())
-    assert stats["requests"] == 0.0 and stats["kv_tokens_total"] > 0
+    assert all(type(v) is float for k, v in stats.items() if k != PREFIX_BLOCKS_STAT)
+    assert stats["requests"] == 0.0 and stats["kv_tokens_total"] > 0 and stats[PREFIX_BLOCKS_STAT] == [5, 4]
+
+
+def _prefix_router(clock: _Clock) -> PrefixAwareRouter:
+    router = PrefixAwareRouter.__new__(PrefixAwareRouter)
+    router.initialize_state(now_s=clock, block_tokens=512, imbalance_requests=4, min_match=0.1)
+    return router
+
+
+def _prefixed(request_id: str, prefix: tuple[int, ...]) -> Any:
+    return SimpleNamespace(args=[SimpleNamespace(prompt_tokens=512 * len(prefix) + 100, prefix_hashes=prefix)],
+                           metadata=SimpleNamespace(internal_request_id=request_id))
+
+
+def test_a_prompt_goes_where_its_prefix_is_reported_or_was_just_sent_within_the_load_bound() -> None:
+    clock = _Clock()
+    router = _prefix_router(clock)
+    holder, other = _replica("holder", requests=2), _replica("other")
+    holder.routing_stats[PREFIX_BLOCKS_STAT] = [3, 2, 1]  # most recent first
+    chosen = asyncio.run(router.choose_replicas([other, holder], _prefixed("t1", (1, 2, 3, 4))))
+    assert chosen[0][0].replica_id == "holder"  # 3 of 4 blocks there, 2 requests above the least loaded
+    # A new conversation lands by load; its next turn follows it before any report names it.
+    first = asyncio.run(router.choose_replicas([other, holder], _prefixed("c1", (50, 51))))[0][0].replica_id
+    router.on_request_completed(first, "c1")
+    again = asyncio.run(router.choose_replicas([holder, other], _prefixed("c2", (50, 51, 52))))[0][0].replica_id
+    assert first == again == "other"
+    clock.now_s += 2 * STATS_PERIOD_S  # the prompts sent are in the reports by now
+    holder.routing_stats[REQUESTS_STAT] = 9.0  # past the bound: load wins over its prefix
+    assert asyncio.run(router.choose_replicas([other, holder], _prefixed("t2", (1, 2, 3))))[0][0].replica_id == "other"

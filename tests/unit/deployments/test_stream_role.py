@@ -1,8 +1,8 @@
-"""Streamed chat completions name the role once, in the first chunk, as OpenAI's and vLLM's
-servers do: a client that concatenates every delta field by field (some SDK helpers, some
-benchmark clients) would otherwise build the role "assistantassistant...". Text completion
-chunks carry no role at all. Checked on the ingress's SSE generator itself with stub
-replica chunks, no Ray (tests/ray/test_serve.py checks the same over HTTP)."""
+"""Streamed chat completions name the role once per choice, in a role-only first event, as
+vLLM's server does: a client that concatenates every delta field by field (some SDK
+helpers, some benchmark clients) would otherwise build the role "assistantassistant...".
+Text completion chunks carry no role at all. Checked on the ingress's SSE generator
+itself with stub replica chunks, no Ray (tests/ray/test_serve.py checks the same over HTTP)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ import json
 from types import SimpleNamespace
 from typing import Any
 
-from app.openai_api import chat_body, completion_body
+from app.openai_api import ChatCompletionRequest, CompletionRequest
+from app.openai_responses import ChatRenderer, CompletionRenderer
 from deployments.ingress import Ingress
 from deployments.messages import ReplicaChunk
+from engines.protocol import RequestUsage
+
+USAGE = RequestUsage(prompt_tokens=3, completion_tokens=1, energy_j=1.0, ttft_s=0.1, e2e_s=0.2, max_tbt_s=0.0,
+                     preemptions=0)
 
 
 class _Stream:
-    """The replica stream after its first chunk (what ResumableStream yields)."""
+    """A replica stream (what ResumableStream yields)."""
 
     pool = "pool-short"
 
@@ -35,15 +40,20 @@ class _Stream:
         pass
 
 
-def _events(render: Any, texts: list[str], include_usage: bool = True) -> list[dict[str, Any]]:
-    chunks = [ReplicaChunk(t, 1) for t in texts[:-1]] + [ReplicaChunk(texts[-1], 1, finish_reason="length")]
+def _chunks(texts: list[str]) -> list[ReplicaChunk]:
+    return [ReplicaChunk(t, 1) for t in texts[:-1]] + [ReplicaChunk(texts[-1], 1, finish_reason="length", usage=USAGE)]
+
+
+def _events(renderer: Any, choices: list[list[str]], include_usage: bool = True) -> list[dict[str, Any]]:
+    streams = [_Stream(_chunks(texts)[1:]) for texts in choices]
+    firsts = [_chunks(texts)[0] for texts in choices]
     ingress = SimpleNamespace(
         _report=lambda *a, **k: None, _learn=lambda *a: None,
         metrics=SimpleNamespace(outcome=lambda *a: None),
     )
 
     async def collect() -> list[str]:
-        sse = Ingress._sse(ingress, _Stream(chunks[1:]), chunks[0], "cmpl-1", "m", render, None,  # type: ignore[arg-type]
+        sse = Ingress._sse(ingress, streams, firsts, "cmpl-1", "m", renderer, None,  # type: ignore[arg-type]
                            "/v1/chat/completions", include_usage)
         return [line async for line in sse]
 
@@ -52,31 +62,28 @@ def _events(render: Any, texts: list[str], include_usage: bool = True) -> list[d
     return [json.loads(line.removeprefix("data: ")) for line in lines[:-1]]
 
 
-def test_only_the_first_chat_delta_carries_the_role() -> None:
-    events = _events(chat_body, ["Hello", " there", " world"])
-    deltas = [e["choices"][0]["delta"] for e in events if e["choices"]]
-    assert deltas[0] == {"role": "assistant", "content": "Hello"}
-    assert deltas[1:] == [{"content": " there"}, {"content": " world"}]
-    assert events[-1]["choices"] == []  # the usage chunk (stream_options.include_usage)
-    assert all(e["object"] == "chat.completion.chunk" for e in events)
+def _chat(**extra: Any) -> ChatRenderer:
+    body = ChatCompletionRequest.model_validate({"model": "m", "messages": [{"role": "user", "content": "hi"}],
+                                                 "stream": True, **extra})
+    return ChatRenderer(body, lambda i: None)
 
 
-def test_a_one_chunk_stream_still_names_the_role() -> None:
-    events = _events(chat_body, ["Hi"], include_usage=False)
-    assert [e["choices"][0]["delta"] for e in events] == [{"role": "assistant", "content": "Hi"}]
-    assert events[0]["choices"][0]["finish_reason"] == "length"
+def test_each_choice_names_its_role_once_in_a_role_only_first_event() -> None:
+    events = _events(_chat(n=2), [["Hello", " there"], ["Hi", " you", " all"]])
+    by_choice: dict[int, list[dict[str, Any]]] = {}
+    for e in events[:-1]:
+        by_choice.setdefault(e["choices"][0]["index"], []).append(e["choices"][0]["delta"])
+    assert sorted(by_choice) == [0, 1]
+    for deltas in by_choice.values():
+        assert deltas[0] == {"role": "assistant", "content": ""}
+        assert all("role" not in d for d in deltas[1:])
+    assert "".join(d.get("content", "") for d in by_choice[1]) == "Hi you all"
+    assert events[-1]["choices"] == [] and events[-1]["usage"]["completion_tokens"] == 2  # both choices
 
 
-def test_completion_chunks_carry_no_role() -> None:
-    events = _events(completion_body, ["a", "b"])
-    assert [e["choices"][0]["text"] for e in events if e["choices"]] == ["a", "b"]
-    assert all("delta" not in c and "role" not in c for e in events for c in e["choices"])
-
-
-def test_chat_body_role_only_when_first() -> None:
-    first = chat_body("r", "m", "x", None, None, chunk=True, first_chunk=True)
-    later = chat_body("r", "m", "y", None, None, chunk=True)
-    whole = chat_body("r", "m", "z", "stop", None, chunk=False)
-    assert first["choices"][0]["delta"] == {"role": "assistant", "content": "x"}
-    assert later["choices"][0]["delta"] == {"content": "y"}
-    assert whole["choices"][0]["message"] == {"role": "assistant", "content": "z"}
+def test_text_completion_chunks_have_no_role_and_the_last_says_why_it_ended() -> None:
+    body = CompletionRequest.model_validate({"model": "m", "prompt": "p", "stream": True})
+    events = _events(CompletionRenderer(body, "p"), [["a", "b"]], include_usage=False)
+    assert [e["choices"][0]["text"] for e in events] == ["a", "b"]
+    assert all("role" not in e["choices"][0] for e in events)
+    assert [e["choices"][0]["finish_reason"] for e in events] == [None, "length"]

@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from app.config import PoolConfig
+from app.config import AppConfig, PoolConfig
 from deployments.builder import _pool_deployment
 
 
 def _replica_options(engine: dict[str, Any], num_cpus: float = 1.0) -> tuple[dict, list | None, str | None]:
     pool = PoolConfig(name="p", classes=["SS"], engine=engine, num_cpus=num_cpus)
-    deployment = _pool_deployment(pool, 0.05)._bound_deployment
+    deployment = _pool_deployment(pool, AppConfig.model_construct())._bound_deployment
     replica = deployment._replica_config
     return deployment.ray_actor_options, replica.placement_group_bundles, replica.placement_group_strategy
 

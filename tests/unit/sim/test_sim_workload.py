@@ -178,3 +178,32 @@ def test_amplified_rate_spans_the_range_in_the_traces_shape():
     flat = Workload(np.arange(0.0, 120.0, 1.0), np.ones(120, np.int64), np.ones(120, np.int64), np.ones(120, bool))
     with pytest.raises(ValueError, match="one rate"):
         amplify_rate(flat, 1.0, 2.0, 60.0, np.random.default_rng(0))
+
+
+def test_mooncakes_blocks_and_multi_turn_conversations_share_prefixes():
+    from sim.multi_turn import Sessions, multi_turn
+
+    w = load_trace("mooncake")
+    assert w.prefix_block_tokens == 512 and all(len(p) == n // 512 for p, n in zip(w.prefix, w.prompt_tokens))
+    clipped = fit_context(w, 8192)
+    assert all(len(p) <= n // 512 for p, n in zip(clipped.prefix, clipped.prompt_tokens))
+    assert window(w, 100, 50).prefix == tuple(p for p, t in zip(w.prefix, w.arrival_s) if 100 <= t < 150)
+    conv = window(load_trace("conv"), 0, 120)
+    turns = multi_turn(conv, np.random.default_rng(0), Sessions(block_tokens=128, system_tokens=256))
+    assert (turns.arrival_s == conv.arrival_s).all() and (turns.prompt_tokens == conv.prompt_tokens).all()
+    firsts = {p[0] for p in turns.prefix if p}
+    assert len(firsts) <= 16  # every conversation starts with one of the system prompts
+    # Some turns extend an earlier prompt: all of its blocks begin theirs.
+    earlier = {p for p in turns.prefix if len(p) > 2}
+    assert any(p[:len(q)] == q for p in turns.prefix for q in earlier if len(q) < len(p))
+
+
+def test_cli_turns_a_trace_into_conversations_only_when_asked(tmp_path):
+    """`--multi-turn` gives conv's requests prefixes the replicas cache; without it none is cached."""
+    hit = {}
+    for extra in ([], ["--multi-turn", "--router", "prefix_aware"]):
+        out = tmp_path / "r.json"
+        assert main(["--trace", "conv", "--duration-s", "60", "--policy", "singlepool", "--no-oracle",
+                     "--json", str(out), *extra]) == 0
+        hit[bool(extra)] = json.loads(out.read_text())[0]["prefix_hit_rate"]
+    assert hit[False] == 0 and hit[True] > 0.1, hit

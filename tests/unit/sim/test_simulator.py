@@ -230,3 +230,20 @@ def test_a_burst_on_one_pool_overflows_to_another_pool_with_room():
     (stayed, ttft_alone_s), (overflowed, ttft_shared_s) = outcomes[False], outcomes[True]
     assert stayed == 0 and 0 < overflowed < n
     assert ttft_shared_s < ttft_alone_s
+
+
+def test_prefix_routing_keeps_conversations_on_the_replica_holding_them():
+    """Four replicas, the conversation trace's first two minutes as multi-turn conversations:
+    every replica caches prefixes whatever the router; routing by prefix finds more of them
+    cached than the KV-room rank, and the oracle (every cache known, no load bound) at least
+    about as many as the bounded rule."""
+    from sim.multi_turn import multi_turn
+
+    w = multi_turn(fit_context(window(load_trace("conv"), 0, 120), 8192), np.random.default_rng(0))
+    pools, policy = one_pool(4, tp=4)
+    hit = {}
+    for router in ("kv_aware", "prefix_aware", "oracle"):
+        log = Simulator(w, policy, pools, SimConfig.model_validate({"replica_router": router})).run().log
+        assert log.done.all() and (log.cached_tokens < log.prompt_tokens).all()
+        hit[router] = log.cached_tokens.sum() / log.prompt_tokens.sum()
+    assert hit["prefix_aware"] > 1.1 * hit["kv_aware"] > 0 and hit["oracle"] >= 0.95 * hit["prefix_aware"], hit
