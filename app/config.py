@@ -372,5 +372,10 @@ class AppConfig(BaseModel):
         return {cls: pool.deployment_name for pool in self.pools for cls in pool.classes}
 
     @property
+    def capacity_gpus(self) -> int:
+        """GPUs the pools may scale to: each pool's max replicas at its largest TP."""
+        return sum(p.autoscaling.max_replicas * max(p.tp_degrees) for p in self.pools)
+
+    @property
     def max_context_tokens(self) -> int:
         return min(context_tokens(p.engine) for p in self.pools)

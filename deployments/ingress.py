@@ -26,6 +26,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.classify import Classifier, UnknownServiceClass
 from app.config import AppConfig
+from app.federation_wire import ADMIN_KEY_HEADER, PROGRESS_FIELD, RESUME_FIELD, ResumeState
 from app.openai_api import (
     APIError,
     ChatCompletionRequest,
@@ -44,7 +45,7 @@ from core.plan import ClusterPlan
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
-from deployments.asgi_bridge import HttpExchange, ResponseParts, current_exchange, run_exchange
+from deployments.asgi_bridge import HttpExchange, ResponseParts, StreamState, current_exchange, run_exchange
 from deployments.http_app import build_http_app
 from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
@@ -127,6 +128,24 @@ def _service_report(request: Any, pool: str, result: ReplicaChunk, resumption: R
     }
 
 
+def resumed_elsewhere(body: Any, federated: bool) -> StreamState | None:
+    """The stream state a federation front sent in the body (app.federation_wire), if any;
+    only a front holding an admin key may send one."""
+    raw = (body.model_extra or {}).get(RESUME_FIELD)
+    if raw is None:
+        return None
+    if not federated:
+        raise APIError(403, f"'{RESUME_FIELD}' is for a federation front: send one of the app's admin keys in "
+                       f"{ADMIN_KEY_HEADER}.", "permission_error", param=RESUME_FIELD, code="admin_key_required")
+    if not body.stream:
+        raise APIError(400, f"'{RESUME_FIELD}' resumes a stream: send it with stream: true.", param=RESUME_FIELD)
+    try:
+        state = ResumeState.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid_request(exc) from None
+    return StreamState(**state.model_dump())
+
+
 def _public_usage(result: ReplicaChunk) -> dict[str, Any] | None:
     usage = result.usage
     if usage is None:
@@ -183,11 +202,15 @@ class Ingress:
     async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable, render: Callable) -> Any:
         exchange = current_exchange()
         resume = exchange.resume if exchange is not None else None  # a stream another replica began
-        arrival_s = time.time() if resume is None else resume.arrival_s
+        arrival_s = time.time()
         self._ensure_following_plan()
         try:
             tenant = self.state.authenticate(http)
+            federated = self.state.federated(http)
             body: Any = await self.state.parse(http, schema)
+            if resume is None:  # a stream another cloud began (app.federation_wire)
+                resume = resumed_elsewhere(body, federated)
+            arrival_s = arrival_s if resume is None else resume.arrival_s
             with tracer.start_as_current_span("wattwise.classify") as span:
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
                                                tenant.slo_override, None if resume is None else resume.request_id)
@@ -204,7 +227,7 @@ class Ingress:
                     request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
                     try:
                         response = await self._respond(body, request, attempt.pool, render, route,
-                                                       [a.pool for a in attempts[i + 1:]])
+                                                       [a.pool for a in attempts[i + 1:]], resume, federated)
                     except APIError as err:
                         if err.code == POOL_FULL and i + 1 < len(attempts):
                             continue  # overflow: to the mixed pool (Chiron), or a pool with room
@@ -230,14 +253,16 @@ class Ingress:
             raise
 
     async def _respond(self, body: Any, request: Any, pool: str, render: Callable, route: str,
-                       fallbacks: Sequence[str] = ()) -> Any:
-        """Serve on `pool`; a failed replica's request is retried there, then on `fallbacks`."""
+                       fallbacks: Sequence[str] = (), resume: StreamState | None = None,
+                       federated: bool = False) -> Any:
+        """Serve on `pool`; a failed replica's request is retried there, then on `fallbacks`.
+        A stream goes on from `resume`, what its client holds; a `federated` one reports each
+        event's tokens to the front door that called."""
         rid = f"cmpl-{request.request_id}"
         pools = [pool, *fallbacks]
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             exchange = current_exchange()
-            resume = exchange.resume if exchange is not None else None
             gen = ResumableStream(self._start_stream, request, pools, self.config.max_retries, self.metrics.retried,
                                   progress=None if resume is None else resume.progress(),
                                   inherited=Resumption() if resume is None else resume.resumption())
@@ -247,7 +272,7 @@ class Ingress:
             self.metrics.record(route, 200)
             return StreamingResponse(
                 self._sse(gen, first, rid, body.model, render, request, route, include_usage,
-                          resume is None or resume.events == 0),
+                          resume is None or resume.events == 0, federated),
                 media_type="text/event-stream",
             )
         retried: list[str] = []
@@ -398,10 +423,11 @@ class Ingress:
         return self.pools[self.state.deployment(pool)].complete.remote(request)
 
     async def _sse(self, gen, first, rid, model, render, request, route, include_usage,
-                   first_chunk: bool = True) -> AsyncIterator[str]:
+                   first_chunk: bool = True, federated: bool = False) -> AsyncIterator[str]:
         """Stream chunks as SSE; a replica failure past the retries ends the stream with an
         OpenAI error event (retryable: 503 + retry_after), never silently. Only the first
-        chat delta carries the role (`first_chunk`: none was sent before a resume)."""
+        chat delta carries the role (`first_chunk`: none was sent before a resume). A
+        `federated` stream's events carry their tokens (app.federation_wire)."""
         chunk = first
         try:
             while True:
@@ -411,6 +437,8 @@ class Ingress:
                 assert isinstance(chunk, ReplicaChunk)
                 body = render(rid, model, chunk.text, chunk.finish_reason, None, True, first_chunk)
                 first_chunk = False
+                if federated:
+                    body[PROGRESS_FIELD] = {"tokens": chunk.num_tokens}
                 if chunk.finish_reason:
                     body["wattwise"] = self._report(request, gen.pool, chunk, gen.resumption(),
                                                     gen.progress.first_token_s)

@@ -20,6 +20,7 @@ from ray.serve.handle import DeploymentHandle
 
 from app.auth import Authenticator, Tenant
 from app.config import AdminKey, AppConfig, PoolConfig
+from app.federation_wire import ADMIN_KEY_HEADER
 from app.openai_api import APIError, invalid_request
 from core.plan import ClusterPlan
 from deployments.admin import app_details
@@ -94,6 +95,15 @@ class IngressState:
 
     def admin(self, http: HTTPRequest) -> AdminKey:
         return self.auth.admin(http.headers.get("authorization"))
+
+    def federated(self, http: HTTPRequest) -> bool:
+        """Whether a federation front door calls, with one of this app's admin keys in its own
+        header (app.federation_wire); a wrong key there is refused like one on /admin/*."""
+        key = http.headers.get(ADMIN_KEY_HEADER)
+        if key is None:
+            return False
+        self.auth.admin(f"Bearer {key}")
+        return True
 
     # ---- request bodies -------------------------------------------------------------
     async def read_body(self, http: HTTPRequest) -> bytes:
