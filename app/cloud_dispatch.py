@@ -242,7 +242,7 @@ class CloudDispatcher:
         for k in range(self.n_clouds) if idle is None else idle:
             if not self.available(k, now_s) or self.load_tokens(k, now_s) >= 1.0 or rates[k] <= 0:
                 continue
-            busy = [self._cluster_load(j, rates[j], taken) for j in range(self.n_clouds)
+            busy = [self._cluster_load(j, rates[j], taken, now_s) for j in range(self.n_clouds)
                     if j != k and rates[j] > 0 and self._clouds[j].waiting]
             found = offload_to_idle(ClusterLoad(k, 0.0, [], rates[k]), busy, self.transfer)
             moves.extend(found)
@@ -257,9 +257,11 @@ class CloudDispatcher:
         per_unit = sum(t for t, _ in measured) / sum(cap for _, cap in measured) if measured else 0.0
         return [c.throughput_tokens_per_s or per_unit * self.capacity(k) for k, c in enumerate(self._clouds)]
 
-    def _cluster_load(self, cloud: int, rate: float, taken: set[str]) -> ClusterLoad:
+    def _cluster_load(self, cloud: int, rate: float, taken: set[str], now_s: float) -> ClusterLoad:
+        """A busy cloud as app.offload sees it: its waiting requests behind the rest of its
+        work (this front's and, from its report, other clients')."""
         waiting = [w for w in self._clouds[cloud].waiting.values() if w.request_id not in taken]
-        running = self.ledger.load_tokens[cloud] - sum(w.cost_tokens for w in waiting)
+        running = self.load_tokens(cloud, now_s) - sum(w.cost_tokens for w in waiting)
         return ClusterLoad(cloud, max(running, 0.0), waiting, rate)
 
     def status(self, cloud: int, now_s: float) -> CloudStatus:

@@ -21,6 +21,7 @@ from ray.serve.handle import DeploymentHandle
 from app.auth import Authenticator, Tenant
 from app.config import AdminKey, AppConfig, PoolConfig
 from app.federation_wire import ADMIN_KEY_HEADER
+from app.http_io import read_limited_body
 from app.openai_api import APIError, invalid_request
 from core.plan import ClusterPlan
 from deployments.admin import app_details
@@ -149,19 +150,3 @@ class IngressState:
                 return other
         raise APIError(503, "Every pool is drained by an operator; retry later.", "overloaded",
                        code="pools_drained", retry_after_s=5)
-
-
-async def read_limited_body(http: HTTPRequest, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to pass `limit` bytes: from
-    Content-Length before reading anything, else while it streams in."""
-    too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
-    declared = http.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
