@@ -180,7 +180,7 @@ def test_a_request_not_started_moves_to_another_cloud(front: tuple[FrontDoor, Te
 
 def test_a_broken_stream_resumes_on_another_cloud_without_repeating_a_token(
         front: tuple[FrontDoor, TestClient], clouds: dict[str, FakeCloud]) -> None:
-    door, client = front
+    _, client = front
     clouds["east"].mode = clouds["west"].mode = "breaks"
     texts = _texts(_complete(client, max_tokens=6, stream=True))
     resumed = [c for c in clouds.values() if c.bodies and "wattwise_resume" in c.bodies[-1]]
