@@ -70,7 +70,8 @@ class CloudStatus:
     stream_tokens_per_s: float | None
     throughput_tokens_per_s: float | None
     available: bool
-    waiting: int
+    waiting: int  # placed there, not started
+    running: int  # started there, not finished
     dispatched_tokens: float
 
 
@@ -268,7 +269,7 @@ class CloudDispatcher:
         state = self._clouds[cloud]
         return CloudStatus(self.ledger.load_tokens[cloud], state.foreign_tokens, self.capacity(cloud), state.speed,
                            state.stream_tokens_per_s, state.throughput_tokens_per_s, self.available(cloud, now_s),
-                           len(state.waiting), state.dispatched_tokens)
+                           len(state.waiting), self._running(cloud), state.dispatched_tokens)
 
 
 def _ewma(previous: float | None, sample: float, alpha: float) -> float:
