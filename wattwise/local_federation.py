@@ -27,12 +27,11 @@ TENANT_KEY = "sk-federation-tenant"
 MODEL = "llama2-70b-sim"
 
 
-def small_cloud(profile: str | None = None, deferral: dict[str, Any] | None = None) -> Callable[[dict], None]:
-    """The edit of serve_config.yaml for one small cloud. `profile`: the perf profile its
-    replica runs on (a slower one makes a slow cloud, whose GPU count says otherwise);
-    `deferral`: its Batch API's deferral (app.batch_deferral), else no Batch API."""
-    engine: dict[str, Any] = {"model": "llama2-70b", "hardware": "h100-80gb", "tensor_parallel": 2,
-                              **({"profile": profile} if profile else {})}
+def small_cloud(hardware: str = "h100-80gb", deferral: dict[str, Any] | None = None) -> Callable[[dict], None]:
+    """The edit of serve_config.yaml for one small cloud. `hardware`: the GPU its replica
+    imitates (A100s make a slow cloud, whose GPU count says otherwise); `deferral`: its
+    Batch API's deferral (app.batch_deferral), else no Batch API."""
+    engine: dict[str, Any] = {"model": "llama2-70b", "hardware": hardware, "tensor_parallel": 2}
 
     def edit(config: dict[str, Any]) -> None:
         app = config["applications"][0]

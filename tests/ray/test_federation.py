@@ -1,6 +1,6 @@
 """The federation front door over three local clouds (issue 72): each a LocalServe cluster of
 its own, started once for the module (in parallel), small (wattwise.local_federation).
-Cloud c runs its replica on a slower perf profile than its GPU count says, and defers its
+Cloud c runs its replica on A100s, slower than its GPU count says, and defers its
 Batch API jobs to a cleaner slot of a grid signal whose slots last seconds.
 
 In order (the last one kills a cloud):
@@ -35,7 +35,7 @@ from wattwise.local_serve import LocalServe
 
 pytestmark = pytest.mark.ray
 
-SLOW_PROFILE = "splitwise-llama2-70b-h100"  # 54 ms a decode step against 17-22 ms (docs/architecture.md)
+SLOW_GPU = "a100-80gb"  # a decode step of 57-63 ms at batch 1-16, against the H100's 26-29 ms (perf model, TP2)
 SLOT_S = 6.0  # the test grid's slots: a repeating "day" of four, the last one clean
 CLEAN_SLOT, SLOTS = 3, 4
 FRONT_ADMIN = "sk-federation-admin"
@@ -53,7 +53,7 @@ def clouds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Local
     with contextlib.ExitStack() as stack:
         locals_ = {"a": LocalServe(edit=small_cloud(), dashboard=False),
                    "b": LocalServe(edit=small_cloud(), dashboard=False),
-                   "c": LocalServe(edit=small_cloud(SLOW_PROFILE, deferral), dashboard=False)}
+                   "c": LocalServe(edit=small_cloud(SLOW_GPU, deferral), dashboard=False)}
         for local in locals_.values():
             stack.callback(local.stop)
         with ThreadPoolExecutor(len(locals_)) as pool:  # the starts overlap their waits
@@ -151,8 +151,8 @@ def _keep_busy(url: str, workers: int, go_on: Callable[[], bool], max_tokens: in
 
 
 def test_a_slow_cloud_is_backed_off(clouds: dict[str, LocalServe]) -> None:
-    """Cloud c reports as many GPUs as a and b but decodes ~2.5x slower: its running
-    requests get fewer tokens a second than theirs, and it gets much less than a third."""
+    """Cloud c reports as many GPUs as a and b but decodes ~2.2x slower: its running
+    requests get fewer tokens a second than theirs, and it gets well under a third."""
     with _front(clouds, "a", "b", "c") as front:
         speeds: list[float] = []
 
@@ -172,7 +172,7 @@ def test_a_slow_cloud_is_backed_off(clouds: dict[str, LocalServe]) -> None:
     print(f"\nplaced predicted tokens: {placed} (c: {share:.0%}); c's speed over the run: {speeds}")
     assert all(r.complete for r in results)
     assert min(speeds) < 0.8  # backed off: it counts with less than its capacity
-    assert share < 0.25 and placed["c"] < 0.6 * min(placed["a"], placed["b"])
+    assert share < 0.3 and placed["c"] < 0.8 * min(placed["a"], placed["b"])
 
 
 def test_the_batch_api_defers_a_job_to_the_clean_slot_and_meets_its_deadline(clouds: dict[str, LocalServe]) -> None:
