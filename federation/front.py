@@ -115,8 +115,9 @@ class FrontDoor:
                         self.dispatcher.failed(k, now)
                 elif isinstance(report, BaseException):
                     raise report
-                else:
+                else:  # it answers: its rests start again from the shortest
                     self.dispatcher.report(k, report, now)
+                    self.dispatcher.succeeded(k)
             await asyncio.sleep(self.config.load_poll_s)
 
     async def tick(self) -> None:

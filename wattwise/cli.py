@@ -288,6 +288,8 @@ BENCHES = {
     "model-check": "bench.model_check:main",
     "robustness": "bench.robustness:main",
     "clock-rate": "bench.clock_rate:main",
+    "mico": "bench.mico_dispatch:main",
+    "carbon": "bench.carbon:main",
 }
 
 

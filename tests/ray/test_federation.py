@@ -129,8 +129,10 @@ def test_two_clouds_balance_a_burst_of_a_skewed_mix_in_predicted_tokens(clouds: 
     with _front(clouds, "a", "b") as front:
         results = asyncio.run(burst(front.url))
         assert all(r.complete and r.completion_tokens == 96 for r in results), [r for r in results if not r.complete]
-        placed = {name: view["dispatched_tokens"] for name, view in _clouds_view(front).items()}
+        view = _clouds_view(front)
+        placed = {name: v["dispatched_tokens"] for name, v in view.items()}
     print(f"\nplaced predicted tokens: {placed}")
+    assert {v["capacity"] for v in view.values()} == {2.0}  # GET /admin/load: one TP2 replica at most
     assert max(placed.values()) / min(placed.values()) <= 1.10, placed
 
 
