@@ -264,3 +264,23 @@ def test_a_stream_begun_on_another_cloud_goes_on_from_what_its_client_holds(clie
                        json={**body, "stream": False}), 400, None)
     _error(client.post("/v1/chat/completions", headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY},
                        json={**body, "wattwise_resume": {**held, "tokens": -1}}), 400, None)
+
+
+def test_the_gateway_learns_the_prefix_of_a_stream_a_federation_front_resumed(client: TestClient,
+                                                                               ingress: Ingress) -> None:
+    """Through the gateway's bridge: its first part reports what the client held before this
+    app took the stream over, so that an ingress failure later resumes the whole of it."""
+    from deployments.asgi_bridge import HttpExchange, ResponseBody
+
+    held = {"request_id": "fed42", "arrival_s": 1000.0, "text": "one two", "tokens": 2, "events": 2}
+    body = {"model": MODEL, "prompt": "count", "max_tokens": 5, "stream": True, "wattwise_resume": held}
+    exchange = HttpExchange("POST", "/v1/completions", "", b"", (
+        (b"authorization", f"Bearer {KEY}".encode()), (b"x-wattwise-admin-key", ADMIN_KEY.encode()),
+        (b"content-type", b"application/json")), json.dumps(body).encode())
+
+    async def parts() -> list[Any]:
+        return [part async for batch in ingress.exchange(exchange) for part in batch]
+
+    progress = [p.progress for p in client.portal.call(parts) if isinstance(p, ResponseBody) and p.progress]  # type: ignore[union-attr]
+    assert progress[0].text.startswith("one two") and progress[0].request_id == "fed42"
+    assert sum(p.tokens for p in progress) == 5  # the two held, then the three generated here
