@@ -159,7 +159,8 @@ class Relay:
             self._moved.clear()
             self._move_to = None
             if cloud is None:
-                if now_s - failing_since_s >= front.failover_s or not self._serving:
+                rate_limited = last_refusal is not None and last_refusal.status == 429 and set(self._serving) <= tried
+                if rate_limited or now_s - failing_since_s >= front.failover_s or not self._serving:
                     raise self._give_up(last_refusal, now_s)
                 if not any(front.dispatcher.available(k, now_s) and k not in tried for k in self._serving):
                     tried.clear()  # every cloud tried: each again once it rests no more
@@ -187,7 +188,11 @@ class Relay:
                     raise CloudAnswer(answer)
                 tried.add(cloud)
                 continue
-            first = await self._first_event(answer)
+            try:
+                first = await self._first_event(answer)
+            except BaseException:  # the client left: so does the cloud's call
+                await answer.close()
+                raise
             if first is _MOVED:
                 await answer.close()
                 front.metrics.attempt(name, "moved")
@@ -210,6 +215,9 @@ class Relay:
         moved = asyncio.ensure_future(self._moved.wait())
         try:
             await asyncio.wait({read, moved}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            read.cancel()
+            raise
         finally:
             moved.cancel()
         if not read.done():

@@ -178,6 +178,18 @@ def test_a_request_not_started_moves_to_another_cloud(front: tuple[FrontDoor, Te
     assert rested == (mode != "rate_limited")  # a 429 is the tenant's, not the cloud's: it keeps taking others
 
 
+def test_a_tenant_rate_limited_everywhere_gets_the_clouds_429_at_once(front: tuple[FrontDoor, TestClient],
+                                                                      clouds: dict[str, FakeCloud]) -> None:
+    _, client = front
+    for cloud in clouds.values():
+        cloud.mode = "rate_limited"
+    r = _complete(client)
+    assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"
+    assert r.headers["retry-after"] == "2"
+    assert [len(c.bodies) for c in clouds.values()] == [1, 1]  # each asked once, not again until the failover ends
+    assert _admin(client, "/admin/requests")["error_retryable"] == 1
+
+
 def test_a_broken_stream_resumes_on_another_cloud_without_repeating_a_token(
         front: tuple[FrontDoor, TestClient], clouds: dict[str, FakeCloud]) -> None:
     _, client = front
