@@ -119,6 +119,11 @@ def _texts(response: httpx.Response) -> list[str]:
     return [e["choices"][0]["text"] for e in parsed if e["choices"]]
 
 
+def _every_cloud(clouds: dict[str, FakeCloud], mode: str) -> None:
+    for cloud in clouds.values():
+        cloud.mode = mode
+
+
 def _admin(client: TestClient, path: str) -> dict[str, Any]:
     return client.get(path, headers={"authorization": f"Bearer {ADMIN}"}).json()
 
@@ -181,8 +186,7 @@ def test_a_request_not_started_moves_to_another_cloud(front: tuple[FrontDoor, Te
 def test_a_tenant_rate_limited_everywhere_gets_the_clouds_429_at_once(front: tuple[FrontDoor, TestClient],
                                                                       clouds: dict[str, FakeCloud]) -> None:
     _, client = front
-    for cloud in clouds.values():
-        cloud.mode = "rate_limited"
+    _every_cloud(clouds, "rate_limited")
     r = _complete(client)
     assert r.status_code == 429 and r.json()["error"]["code"] == "rate_limit_exceeded"
     assert r.headers["retry-after"] == "2"
@@ -193,7 +197,7 @@ def test_a_tenant_rate_limited_everywhere_gets_the_clouds_429_at_once(front: tup
 def test_a_broken_stream_resumes_on_another_cloud_without_repeating_a_token(
         front: tuple[FrontDoor, TestClient], clouds: dict[str, FakeCloud]) -> None:
     _, client = front
-    clouds["east"].mode = clouds["west"].mode = "breaks"
+    _every_cloud(clouds, "breaks")
     texts = _texts(_complete(client, max_tokens=6, stream=True))
     resumed = [c for c in clouds.values() if c.bodies and "wattwise_resume" in c.bodies[-1]]
     assert texts == ["t0 ", "t1 ", "t2 ", "t3 ", "t4 ", "t5 "]
@@ -206,7 +210,7 @@ def test_a_broken_stream_resumes_on_another_cloud_without_repeating_a_token(
 
 def test_a_unary_request_resumes_too(front: tuple[FrontDoor, TestClient], clouds: dict[str, FakeCloud]) -> None:
     _, client = front
-    clouds["east"].mode = clouds["west"].mode = "breaks"
+    _every_cloud(clouds, "breaks")
     r = _complete(client, max_tokens=4)
     assert r.status_code == 200 and r.json()["choices"][0]["text"] == "t0 t1 t2 t3 "
     assert r.json()["usage"]["completion_tokens"] == 4
@@ -215,8 +219,7 @@ def test_a_unary_request_resumes_too(front: tuple[FrontDoor, TestClient], clouds
 def test_when_no_cloud_takes_it_the_client_gets_a_retryable_503(front: tuple[FrontDoor, TestClient],
                                                                 clouds: dict[str, FakeCloud]) -> None:
     _, client = front
-    for cloud in clouds.values():
-        cloud.mode = "down"
+    _every_cloud(clouds, "down")
     r = _complete(client)
     assert r.status_code == 503 and r.json()["error"]["code"] == "clouds_unavailable"
     assert int(r.headers["retry-after"]) >= 1
