@@ -18,10 +18,14 @@ steady state), so a run stays 24 h long. Chiron's deadline layer then sizes each
 for the released work as for any.
 
 Reported against the same day without deferral: fleet energy and carbon (each sample's energy
-at its hour's intensity), the batch requests' own energy and carbon (their attributed energy
-at the intensity of the hour they ran), interactive SLO attainment, batch deadlines (done
-within 24 h of submission) and the batch class's 1 h target from release. Targets (issue 72):
->= 25% less batch carbon at <= 2% more energy, 100% of batch deadlines, >= 99% interactive SLO.
+at its hour's intensity), the batch work's carbon, interactive SLO attainment, batch deadlines
+(done within 24 h of submission) and the batch class's 1 h target from release. The batch
+work's carbon is its marginal carbon: the fleet's minus that of the same regions serving
+their interactive requests alone (a third pair of runs). The requests' attributed energy
+(each step's energy split over its tokens, idle energy not counted) is printed beside it,
+but flatters deferral: packed into a few hours, batch tokens share steps with more others.
+Targets (issue 72): >= 25% less batch carbon at <= 2% more energy, 100% of batch deadlines,
+>= 99% interactive SLO.
 """
 
 from __future__ import annotations
@@ -137,6 +141,13 @@ def simulate(day: RegionDay) -> RegionResult:
     )
 
 
+def interactive_only(day: RegionDay) -> RegionDay:
+    """The region's day without its batch requests: what its fleet costs for interactive work."""
+    keep, w = day.workload.interactive, day.workload
+    return RegionDay(day.region, Workload(w.arrival_s[keep], w.prompt_tokens[keep], w.output_tokens[keep],
+                                          w.interactive[keep]), day.submit_s[keep], day.release_s[keep])
+
+
 def totals(results: Sequence[RegionResult]) -> dict[str, float]:
     """The regions together; interactive SLO: the worse region's."""
     batch = sum(r.batch_requests for r in results)
@@ -176,25 +187,38 @@ def main(argv: list[str] | None = None) -> int:
                               args.tokens_per_slot_x * mean_hourly_batch_tokens(plain), period_slots=24)
     deferred = region_days(regions, args.rate, args.batch_share, args.seed, planner)
     with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(simulate, [*plain, *deferred]))
-    before, after = totals(results[:len(regions)]), totals(results[len(regions):])
+        results = list(pool.map(simulate, [*plain, *deferred, *map(interactive_only, plain)]))
+    n = len(regions)
+    before, after, alone = totals(results[:n]), totals(results[n:2 * n]), results[2 * n:]
+    alone_energy_j, alone_carbon_g = sum(r.energy_j for r in alone), sum(r.carbon_g for r in alone)
+    for run in (before, after):
+        run["marginal_energy_j"] = run["energy_j"] - alone_energy_j
+        run["marginal_carbon_g"] = run["carbon_g"] - alone_carbon_g
     print(f"{len(regions)} regions ({', '.join(regions)}; synthetic grid profiles), a 24 h day each at "
           f"{args.rate} req/s mean, {args.batch_share:.0%} batch (24 h window); the one controller; deferral by "
           f"{args.objective}, <= {args.tokens_per_slot_x:g}x the mean hourly batch tokens per region and slot")
     head = (f"{'run':<12} {'region':<11} {'energy kWh':>10} {'carbon kg':>9} {'batch kWh':>9} {'batch kg':>8} "
             f"{'inter SLO':>9} {'deadlines':>9} {'1h target':>9} {'deferred h':>10}")
     print(head)
-    for name, rows in (("no deferral", results[:len(regions)]), ("deferral", results[len(regions):])):
+    for name, rows in (("no deferral", results[:n]), ("deferral", results[n:2 * n]), ("no batch", alone)):
         for r in rows:
+            if not r.batch_requests:
+                print(f"{name:<12} {r.region:<11} {r.energy_j / J_PER_KWH:>10.1f} {r.carbon_g / 1000:>9.1f} "
+                      f"{'-':>9} {'-':>8} {r.interactive_slo:>9.4f}")
+                continue
             print(f"{name:<12} {r.region:<11} {r.energy_j / J_PER_KWH:>10.1f} {r.carbon_g / 1000:>9.1f} "
                   f"{r.batch_energy_j / J_PER_KWH:>9.1f} {r.batch_carbon_g / 1000:>8.1f} {r.interactive_slo:>9.4f} "
                   f"{r.batch_deadlines_met / r.batch_requests:>9.4f} {r.batch_target_met / r.batch_requests:>9.4f} "
                   f"{r.deferred_mean_s / 3600:>10.2f}")
-    cut = 1 - after["batch_carbon_g"] / before["batch_carbon_g"]
+    cut = 1 - after["marginal_carbon_g"] / before["marginal_carbon_g"]
     energy = after["energy_j"] / before["energy_j"] - 1
-    print(f"batch carbon {-cut:+.1%}, fleet carbon {after['carbon_g'] / before['carbon_g'] - 1:+.1%}, "
-          f"fleet energy {energy:+.2%}, batch energy {after['batch_energy_j'] / before['batch_energy_j'] - 1:+.2%}")
-    verdicts = [("batch carbon cut", cut, TARGETS["batch_carbon_cut"], cut >= TARGETS["batch_carbon_cut"]),
+    print(f"batch work's marginal carbon {before['marginal_carbon_g'] / 1000:.2f} -> "
+          f"{after['marginal_carbon_g'] / 1000:.2f} kg ({-cut:+.1%}), marginal energy "
+          f"{before['marginal_energy_j'] / J_PER_KWH:.2f} -> {after['marginal_energy_j'] / J_PER_KWH:.2f} kWh; "
+          f"fleet carbon {after['carbon_g'] / before['carbon_g'] - 1:+.1%}, fleet energy {energy:+.2%}; "
+          f"attributed to batch requests: carbon {after['batch_carbon_g'] / before['batch_carbon_g'] - 1:+.1%}, "
+          f"energy {after['batch_energy_j'] / before['batch_energy_j'] - 1:+.1%}")
+    verdicts = [("batch carbon cut (marginal)", cut, TARGETS["batch_carbon_cut"], cut >= TARGETS["batch_carbon_cut"]),
                 ("energy increase", energy, TARGETS["energy_increase"], energy <= TARGETS["energy_increase"]),
                 ("batch deadlines", after["batch_deadlines"], 1.0, after["batch_deadlines"] >= 1.0),
                 ("interactive SLO", after["interactive_slo"], 0.99, after["interactive_slo"] >= 0.99)]
@@ -203,6 +227,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"args": vars(args), "regions": [asdict(r) for r in results], "before": before,
-                       "after": after}, f, indent=1)
+                       "after": after, "interactive_only": [asdict(r) for r in alone]}, f, indent=1)
     return 0
 
