@@ -17,6 +17,7 @@ import json
 import sqlite3
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -33,6 +34,12 @@ CREATE TABLE IF NOT EXISTS requests (batch_id TEXT, line INTEGER, custom_id TEXT
     status TEXT, response TEXT, enqueued_s REAL, deadline_s REAL, PRIMARY KEY (batch_id, line));
 CREATE INDEX IF NOT EXISTS pending ON requests (status, deadline_s, enqueued_s);
 """
+# Columns added since the first schema: (table, column, its definition). A file written
+# before them gets them when opened (its jobs: released at once).
+_ADDED = (("requests", "release_s", "REAL NOT NULL DEFAULT 0"), ("batches", "release_s", "REAL NOT NULL DEFAULT 0"))
+# The queue holds a job's lines until its release (app.batch_deferral): given the job's lines
+# (custom_id, body) and its deadline, when to release them.
+Release = Callable[[list[tuple[str, dict[str, Any]]], float], float]
 
 
 class BatchInputError(ValueError):
@@ -82,6 +89,9 @@ class BatchStore:
         self.db = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript(_SCHEMA)
+        for table, column, definition in _ADDED:
+            if column not in {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}:
+                self.db.execute(f"ALTER TABLE {table} ADD COLUMN {column} {definition}")
         # A restart: whatever was running did not finish; run it again.
         self.db.execute("UPDATE requests SET status='pending' WHERE status='running'")
 
@@ -112,7 +122,9 @@ class BatchStore:
         return None if row is None else bytes(row[0])
 
     # ---- batches -------------------------------------------------------------------
-    def create_batch(self, input_file_id: str, endpoint: str, completion_window: str, now_s: float) -> dict:
+    def create_batch(self, input_file_id: str, endpoint: str, completion_window: str, now_s: float,
+                     release: Release | None = None) -> dict:
+        """The job, its lines queued until `release` says (None: at once)."""
         content = self.file_content(input_file_id)
         if content is None:
             raise BatchInputError(f"no file {input_file_id!r}")
@@ -121,39 +133,47 @@ class BatchStore:
         lines = _parse_jsonl(content, endpoint)
         batch_id = f"batch_{uuid.uuid4().hex}"
         deadline = now_s + WINDOWS_S[completion_window]
+        release_s = now_s if release is None else release(lines, deadline)
         with self.db:
             self.db.execute("BEGIN")
-            self.db.execute("INSERT INTO batches VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+            self.db.execute("INSERT INTO batches (id, input_file_id, endpoint, completion_window, status, created_at, "
+                            "deadline_s, completed_at, output_file_id, total, completed, failed, release_s) "
+                            "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?)",
                             (batch_id, input_file_id, endpoint, completion_window, "in_progress", now_s, deadline,
-                             None, None, len(lines), 0, 0))
+                             None, None, len(lines), 0, 0, release_s))
             self.db.executemany(
-                "INSERT INTO requests VALUES (?,?,?,?,?,?,?,?)",
-                [(batch_id, i, cid, json.dumps(body), "pending", None, now_s, deadline)
+                "INSERT INTO requests (batch_id, line, custom_id, body, status, response, enqueued_s, deadline_s, "
+                "release_s) VALUES (?,?,?,?,?,?,?,?,?)",
+                [(batch_id, i, cid, json.dumps(body), "pending", None, now_s, deadline, release_s)
                  for i, (cid, body) in enumerate(lines)])
         row = self.batch(batch_id)
         assert row is not None  # just inserted
         return row
 
     def batch(self, batch_id: str) -> dict[str, Any] | None:
-        row = self.db.execute("SELECT * FROM batches WHERE id=?", (batch_id,)).fetchone()
+        row = self.db.execute("SELECT id, input_file_id, endpoint, completion_window, status, created_at, deadline_s, "
+                              "completed_at, output_file_id, total, completed, failed, release_s FROM batches "
+                              "WHERE id=?", (batch_id,)).fetchone()
         if row is None:
             return None
         (bid, input_file_id, endpoint, window, status, created, deadline, completed_at, output_file_id, total,
-         done, failed) = row
+         done, failed, release_s) = row
         return {
             "id": bid, "object": "batch", "endpoint": endpoint, "input_file_id": input_file_id,
             "completion_window": window, "status": status, "created_at": int(created),
             "expires_at": int(deadline), "completed_at": None if completed_at is None else int(completed_at),
             "output_file_id": output_file_id, "error_file_id": None, "errors": None,
             "request_counts": {"total": total, "completed": done, "failed": failed},
+            # When the queue releases the job's lines (later than created_at: deferred to a cleaner hour).
+            "wattwise": {"release_at": release_s},
         }
 
     # ---- the queue -----------------------------------------------------------------
-    def pending(self, limit: int | None = None) -> list[PendingRequest]:
-        """Pending requests, earliest deadline first, FCFS within a deadline."""
+    def pending(self, now_s: float, limit: int | None = None) -> list[PendingRequest]:
+        """Pending requests released by `now_s`, earliest deadline first, FCFS within a deadline."""
         sql = ("SELECT batch_id, line, custom_id, body, enqueued_s, deadline_s FROM requests "
-               "WHERE status='pending' ORDER BY deadline_s, enqueued_s, line")
-        rows = self.db.execute(sql + (f" LIMIT {int(limit)}" if limit else "")).fetchall()
+               "WHERE status='pending' AND release_s <= ? ORDER BY deadline_s, enqueued_s, line")
+        rows = self.db.execute(sql + (f" LIMIT {int(limit)}" if limit else ""), (now_s,)).fetchall()
         return [PendingRequest(r[0], r[1], r[2], json.loads(r[3]), r[4], r[5]) for r in rows]
 
     def mark_running(self, req: PendingRequest) -> None:

@@ -13,6 +13,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from app.batch_deferral import DeferralConfig
+from app.grid_signal import read_grid_csv
 from app.pool_overflow import PoolOverflowConfig
 from app.splitwise_config import SplitwiseServeConfig, check_kv_compatible, phase_engine
 from autoscaling.chiron.local import LocalAutoscalerConfig
@@ -221,6 +223,17 @@ class BatchApiConfig(BaseModel):
     enabled: bool = Field(default=True, description="Serve the OpenAI Batch API (/v1/files, /v1/batches) and its durable queue.")
     db_path: str = Field(default="~/.wattwise/batches.sqlite", description="SQLite file of the batch queue, on the node running it. One app owns a file: a second app (or local cluster) on the same file fails to start with an error naming it, rather than serve the first one's jobs.")
     max_in_flight: int = Field(default=32, gt=0, description="Batch requests the queue has in flight on the pools at once; the one controller raises it while the queue's deadlines need a faster drain (its `batch_deadlines`).")
+    deferral: DeferralConfig = Field(default=DeferralConfig(), description="Hold each job until the cleanest (or cheapest) hour its deadline leaves room for (app.batch_deferral); Chiron's deadline layer still finishes it by its deadline.")
+
+    @model_validator(mode="after")
+    def _deferral_region(self) -> BatchApiConfig:
+        deferral = self.deferral
+        if deferral.enabled:
+            regions = read_grid_csv(deferral.grid.csv)
+            if deferral.region not in regions:
+                raise ValueError(f"batch_api.deferral.region {deferral.region!r} is not in the grid signal "
+                                 f"{deferral.grid.csv!r} (regions: {sorted(regions)})")
+        return self
 
 
 class AppConfig(BaseModel):
@@ -432,6 +445,11 @@ class AppConfig(BaseModel):
     def served_models(self) -> list[str]:
         """The names a request's `model` may take: the app's model and its adapters."""
         return [self.model_name, *self.adapters]
+
+    @property
+    def capacity_gpus(self) -> int:
+        """GPUs the pools may scale to: each pool's max replicas at its largest TP."""
+        return sum(p.autoscaling.max_replicas * max(p.tp_degrees) for p in self.pools)
 
     @property
     def max_context_tokens(self) -> int:

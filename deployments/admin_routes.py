@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends
 from fastapi import Request as HTTPRequest
 
+from app.cloud_load import CloudLoad, cloud_load
 from app.config import AdminKey, PoolConfig
 from app.openai_api import APIError, openapi_body
 from deployments.admin import (
@@ -91,6 +92,16 @@ def admin_requests(http: HTTPRequest, state: State) -> Any:
     accepted request must show up as exactly one outcome (fault tests, soak bench)."""
     _admin(state, http, "read request counts")
     return dict(state.metrics.counts)
+
+
+@router.get("/admin/load", response_model=CloudLoad)
+async def admin_load(http: HTTPRequest, state: State) -> CloudLoad:
+    """What a federation front balances this app by: its replicas' outstanding tokens and
+    rate as the controller last summed them (`at_s`; null before its first view), and the
+    GPUs its pools may scale to."""
+    _admin(state, http, "read load")
+    view = await plan_store(state.app_name).last_load.remote()
+    return cloud_load(view, state.config.capacity_gpus)
 
 
 @router.get("/admin/splitwise")

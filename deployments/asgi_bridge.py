@@ -142,9 +142,13 @@ class ExchangeContext:
         self._sent_tokens = 0
 
     def follow(self, stream: ResumableStream, request_id: str) -> None:
-        """Report `stream`'s progress with every body part from now on."""
+        """Report `stream`'s progress with every body part from now on. What this exchange's
+        own resume state holds, the gateway has; what else the stream starts from (a stream a
+        federation front resumed here) goes to the gateway with the first part, so that it
+        can resume the whole of it."""
         self._stream, self._request_id = stream, request_id
-        self._sent_parts, self._sent_tokens = len(stream.progress.text), stream.progress.tokens
+        held = self.resume
+        self._sent_parts, self._sent_tokens = (int(bool(held.text)), held.tokens) if held is not None else (0, 0)
 
     def progress(self) -> StreamProgress | None:
         """What the stream added since the last body part (None if no stream is followed)."""

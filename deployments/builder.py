@@ -191,7 +191,8 @@ def _batch_queue(config: AppConfig) -> Application:
         ray_actor_options={"num_cpus": 0.05},
         autoscaling_config={"min_replicas": 1, "max_replicas": 1, "metrics_interval_s": 0.5,
                             "look_back_period_s": 2.0},
-    ).bind(os.path.expanduser(config.batch_api.db_path), "Ingress", config.batch_api.max_in_flight)
+    ).bind(os.path.expanduser(config.batch_api.db_path), "Ingress", config.batch_api.max_in_flight,
+           deferral=config.batch_api.deferral.model_dump())
 
 
 def build_app(args: dict[str, Any]) -> Application:

@@ -33,10 +33,9 @@ from ray.serve.exceptions import BackPressureError
 from starlette.requests import Request as HTTPRequest
 from starlette.responses import Response, StreamingResponse
 
+from app.http_io import error_response, read_limited_body
 from app.openai_api import APIError
 from deployments.asgi_bridge import HttpExchange, ResponseBody, ResponsePart, ResponseStart, StreamState
-from deployments.http_app import error_response
-from deployments.ingress_state import read_limited_body
 from deployments.metrics import GatewayMetrics
 
 logger = logging.getLogger("ray.serve")

@@ -16,6 +16,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse
 
+from app.http_io import error_response
 from app.openai_api import APIError
 
 if TYPE_CHECKING:
@@ -23,10 +24,6 @@ if TYPE_CHECKING:
 
 TITLE = "wattwise"
 DESCRIPTION = "SLO-aware, energy-efficient LLM serving (OpenAI API)."
-
-
-def error_response(err: APIError) -> JSONResponse:
-    return JSONResponse(err.body(), status_code=err.status, headers=err.headers())
 
 
 async def _api_error(_: HTTPRequest, exc: Exception) -> JSONResponse:

@@ -30,6 +30,7 @@ from ray.serve.handle import DeploymentHandle
 from app.choices import choice_requests
 from app.classify import Classifier, UnknownServiceClass
 from app.config import AppConfig
+from app.federation_wire import ADMIN_KEY_HEADER, PROGRESS_FIELD, RESUME_FIELD, ResumeState
 from app.openai_api import (
     APIError,
     ChatCompletionRequest,
@@ -52,7 +53,7 @@ from core.prefix_cache import block_hashes
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
-from deployments.asgi_bridge import HttpExchange, ResponseParts, current_exchange, run_exchange
+from deployments.asgi_bridge import HttpExchange, ResponseParts, StreamState, current_exchange, run_exchange
 from deployments.http_app import build_http_app
 from deployments.ingress_state import SERVICE_CLASS_HEADER, IngressState, json_object
 from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
@@ -137,6 +138,24 @@ def _service_report(request: Any, pool: str, result: ReplicaChunk, resumption: R
     }
 
 
+def resumed_elsewhere(body: Any, federated: bool) -> StreamState | None:
+    """The stream state a federation front sent in the body (app.federation_wire), if any;
+    only a front holding an admin key may send one."""
+    raw = (body.model_extra or {}).get(RESUME_FIELD)
+    if raw is None:
+        return None
+    if not federated:
+        raise APIError(403, f"'{RESUME_FIELD}' is for a federation front: send one of the app's admin keys in "
+                       f"{ADMIN_KEY_HEADER}.", "permission_error", param=RESUME_FIELD, code="admin_key_required")
+    if not body.stream:
+        raise APIError(400, f"'{RESUME_FIELD}' resumes a stream: send it with stream: true.", param=RESUME_FIELD)
+    try:
+        state = ResumeState.model_validate(raw)
+    except ValidationError as exc:
+        raise invalid_request(exc) from None
+    return StreamState(**state.model_dump())
+
+
 class Ingress:
     def __init__(self, config: AppConfig, pools: dict[str, DeploymentHandle], app_name: str,
                  batch_queue: DeploymentHandle | None = None, splitwise: DeploymentHandle | None = None,
@@ -204,11 +223,15 @@ class Ingress:
     async def _serve(self, http: HTTPRequest, route: str, schema: type, prompt_of: Callable) -> Any:
         exchange = current_exchange()
         resume = exchange.resume if exchange is not None else None  # a stream another replica began
-        arrival_s = time.time() if resume is None else resume.arrival_s
+        arrival_s = time.time()
         self._ensure_following_plan()
         try:
             tenant = self.state.authenticate(http)
+            federated = self.state.federated(http)
             body: Any = await self.state.parse(http, schema)
+            if resume is None:  # a stream another cloud began (app.federation_wire)
+                resume = resumed_elsewhere(body, federated)
+            arrival_s = arrival_s if resume is None else resume.arrival_s
             with tracer.start_as_current_span("wattwise.classify") as span:
                 tools = self._tools(body)
                 request, pool = self._classify(body, prompt_of(body), tenant.name, tenant.service_class, arrival_s,
@@ -228,7 +251,7 @@ class Ingress:
                     request.refuse_above_pending_tokens = attempt.refuse_above_pending_tokens
                     try:
                         response = await self._respond(body, request, attempt.pool, renderer, route,
-                                                       [a.pool for a in attempts[i + 1:]])
+                                                       [a.pool for a in attempts[i + 1:]], resume, federated)
                     except APIError as err:
                         if err.code == POOL_FULL and i + 1 < len(attempts):
                             continue  # overflow: to the mixed pool (Chiron), or a pool with room
@@ -275,16 +298,18 @@ class Ingress:
             raise
 
     async def _respond(self, body: Any, request: Request, pool: str, renderer: Renderer, route: str,
-                       fallbacks: Sequence[str] = ()) -> Any:
+                       fallbacks: Sequence[str] = (), resume: StreamState | None = None,
+                       federated: bool = False) -> Any:
         """Serve on `pool`, each of the `n` choices as a request of its own (app.choices); a
-        failed replica's request is retried there, then on `fallbacks`."""
+        failed replica's request is retried there, then on `fallbacks`. A stream goes on from
+        `resume`, what its client holds; a `federated` one reports each event's tokens to the
+        front door that called."""
         rid = f"{'chatcmpl' if isinstance(renderer, ChatRenderer) else 'cmpl'}-{request.request_id}"
         pools = [pool, *fallbacks]
         requests = choice_requests(request, body.n)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             exchange = current_exchange()
-            resume = exchange.resume if exchange is not None else None
             streams = [ResumableStream(self._start_stream, r, pools, self.config.max_retries, self.metrics.retried,
                                        progress=None if resume is None else resume.progress(),
                                        inherited=Resumption() if resume is None else resume.resumption())
@@ -295,7 +320,7 @@ class Ingress:
             self.metrics.record(route, 200)
             return StreamingResponse(
                 self._sse(streams, firsts, rid, body.model, renderer, request, route, include_usage,
-                          resume is None or resume.events == 0),
+                          resume is None or resume.events == 0, federated),
                 media_type="text/event-stream",
             )
         retried: list[str] = []
@@ -453,11 +478,11 @@ class Ingress:
 
     async def _sse(self, streams: list[ResumableStream], firsts: Sequence[Reply], rid: str, model: str,
                    renderer: Renderer, request: Request, route: str, include_usage: bool,
-                   first_event: bool = True) -> AsyncIterator[str]:
+                   first_event: bool = True, federated: bool = False) -> AsyncIterator[str]:
         """Stream the choices' chunks as SSE, as they come; a replica failure past the retries
         ends the stream with an OpenAI error event (retryable: 503 + retry_after), never
         silently. A choice's first event carries its role (`first_event`: none was sent
-        before a resume)."""
+        before a resume). A `federated` stream's events carry their tokens (app.federation_wire)."""
         finals: dict[int, ReplicaChunk] = {}
         started = set() if first_event else {0}
         try:
@@ -468,6 +493,9 @@ class Ingress:
                 assert isinstance(chunk, ReplicaChunk)
                 events = renderer.events(rid, model, index, chunk, index not in started)
                 started.add(index)
+                if federated:
+                    for k, event in enumerate(events):
+                        event[PROGRESS_FIELD] = {"tokens": chunk.num_tokens if k == len(events) - 1 else 0}
                 if chunk.finish_reason:
                     finals[index] = chunk
                     self._learn(request, chunk)

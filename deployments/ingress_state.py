@@ -20,6 +20,8 @@ from ray.serve.handle import DeploymentHandle
 
 from app.auth import Authenticator, Tenant
 from app.config import AdminKey, AppConfig, PoolConfig
+from app.federation_wire import ADMIN_KEY_HEADER
+from app.http_io import read_limited_body
 from app.openai_api import APIError, invalid_request
 from core.plan import ClusterPlan
 from deployments.admin import app_details
@@ -106,6 +108,15 @@ class IngressState:
     def admin(self, http: HTTPRequest) -> AdminKey:
         return self.auth.admin(http.headers.get("authorization"))
 
+    def federated(self, http: HTTPRequest) -> bool:
+        """Whether a federation front door calls, with one of this app's admin keys in its own
+        header (app.federation_wire); a wrong key there is refused like one on /admin/*."""
+        key = http.headers.get(ADMIN_KEY_HEADER)
+        if key is None:
+            return False
+        self.auth.admin(f"Bearer {key}")
+        return True
+
     # ---- request bodies -------------------------------------------------------------
     async def read_body(self, http: HTTPRequest) -> bytes:
         return await read_limited_body(http, self.config.max_request_bytes)
@@ -150,19 +161,3 @@ class IngressState:
                 return other
         raise APIError(503, "Every pool is drained by an operator; retry later.", "overloaded",
                        code="pools_drained", retry_after_s=5)
-
-
-async def read_limited_body(http: HTTPRequest, limit: int) -> bytes:
-    """The body, refused with 413 as soon as it is known to pass `limit` bytes: from
-    Content-Length before reading anything, else while it streams in."""
-    too_large = APIError(413, f"Request body exceeds {limit} bytes.", code="request_too_large")
-    declared = http.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in http.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)

@@ -30,6 +30,7 @@ from ray.exceptions import ActorDiedError, ActorUnschedulableError
 from ray.experimental import internal_kv
 from ray.util import metrics as ray_metrics
 
+from app.cloud_load import ViewLoad
 from core.plan import ClusterPlan
 
 NAMESPACE = "wattwise"
@@ -78,6 +79,7 @@ class PlanStore:
         self.published_at_s = state.published_at_s
         self.overrides: dict[str, dict[str, Any]] = state.overrides or {}
         self.rollouts: dict[str, Any] = state.rollouts or {}
+        self.load: ViewLoad | None = None  # the controller's last view of the replicas' work (not persisted)
 
     def _load(self, app_name: str) -> StoredState:
         """The state a previous incarnation saved (a restart after its node died), if any."""
@@ -138,6 +140,13 @@ class PlanStore:
         """The plan if newer than `known_version` (else None, to keep replies small)."""
         return PlanReply(self.version, self.published_at_s,
                          self.effective() if self.version != known_version else None)
+
+    def report_load(self, load: ViewLoad) -> None:
+        """The controller's sum of its replicas' work, for GET /admin/load (a federation front)."""
+        self.load = load
+
+    def last_load(self) -> ViewLoad | None:
+        return self.load
 
     def admin_view(self) -> dict[str, Any]:
         return {"version": self.version, "plan": self.plan, "overrides": self.overrides, "rollouts": self.rollouts}

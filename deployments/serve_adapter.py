@@ -36,6 +36,7 @@ from ray.serve._private.common import DeploymentID, ReplicaID
 from ray.serve.config import AutoscalingContext
 from ray.util import metrics as ray_metrics
 
+from app.cloud_load import view_load
 from autoscaling.handover import EmptyingHandover
 from autoscaling.registry import make_policy
 from autoscaling.shadow_rollout import (
@@ -206,7 +207,8 @@ class ControllerMetrics:
 
 class AppAutoscalingPolicy:
     def __init__(self, policy: str = "utilisation", stale_after_s: float = 30.0, shadow_timeout_s: float = 600.0,
-                 handover_s: float = 5.0, republish_s: float = 5.0, **policy_kwargs: Any) -> None:
+                 handover_s: float = 5.0, republish_s: float = 5.0, load_report_s: float = 1.0,
+                 **policy_kwargs: Any) -> None:
         self.policy = make_policy(policy, **policy_kwargs)
         self.stale_after_s = stale_after_s
         # A shadow deployment not fully up this long after a TP change is given up.
@@ -216,6 +218,9 @@ class AppAutoscalingPolicy:
         self.handover = EmptyingHandover(handover_s)
         # An unchanged plan is sent again this often (plan age, a restarted plan store).
         self.republish_s = republish_s
+        # The replicas' work goes to the plan store this often, for GET /admin/load.
+        self.load_report_s = load_report_s
+        self._load_reported_s = float("-inf")
         self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None
@@ -299,6 +304,9 @@ class AppAutoscalingPolicy:
         physical = view_from_contexts(ctxs)
         plan = self.policy.observe(rollouts.logical_view(physical), now)
         store = self._store_of(app_name)
+        if store is not None and now - self._load_reported_s >= self.load_report_s:
+            store.report_load.remote(view_load(physical, now))  # fire and forget: the next one replaces it
+            self._load_reported_s = now
         pins = self.pins.poll(store, now) if store is not None else {}
         if pins:
             plan = replace(plan, tensor_parallel={**plan.tensor_parallel, **pins})

@@ -20,6 +20,7 @@ USAGE = """usage: wattwise COMMAND [ARGS]
 commands:
   demo       start the app on simulated GPUs and replay the Azure conversation trace through it
   serve      run the app: `serve run` on serve_config.yaml (or --config PATH), behind HAProxy
+  federate   one OpenAI endpoint over several wattwise apps (clouds): federate --config FILE
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit every perf/power profile and print its held-out error
   profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
@@ -298,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
         from sim.cli import main as run
     elif command == "serve":
         run = _serve
+    elif command == "federate":
+        from wattwise.federate import main as run
     elif command == "calibrate":
         run = _calibrate
     elif command == "profile":

@@ -1,4 +1,5 @@
-"""docs/configuration.md, generated from the config schema (app.config.AppConfig).
+"""docs/configuration.md, generated from the config schema (app.config.AppConfig, and the
+federation front door's federation.config.FederationConfig).
 
 `wattwise config-docs` prints the page; `--out PATH` writes it. tests/unit/wattwise/test_config_docs.py
 fails when the checked-in page differs from what this prints, so a new or changed field
@@ -38,6 +39,10 @@ The controller's own settings sit beside `args`, in
 `applications[].autoscaling_policy.policy_kwargs` (`policy:` names one of
 autoscaling/registry.py's policies, `wattwise` by default; the remaining keys are that
 policy's constructor arguments): see [one-controller.md](one-controller.md).
+
+The federation front door's file (`wattwise federate --config FILE`) holds a `federation:`
+block, validated as `FederationConfig` ([federation.md](federation.md)); its models follow
+the app's.
 """
 
 
@@ -150,11 +155,13 @@ def models(root: type[BaseModel]) -> list[type[BaseModel]]:
     return order
 
 
-def render(root: type[BaseModel] | None = None) -> str:
-    if root is None:
+def render(roots: tuple[type[BaseModel], ...] | None = None) -> str:
+    if roots is None:
         from app.config import AppConfig
-        root = AppConfig
-    found = models(root)
+        from federation.config import FederationConfig
+        roots = (AppConfig, FederationConfig)
+    found = [m for i, root in enumerate(roots) for m in models(root)
+             if not any(m in models(earlier) for earlier in roots[:i])]
     missing = sum(1 for m in found for f in m.model_fields.values() if not f.description)
     total = sum(len(m.model_fields) for m in found)
     lines = [

@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -77,6 +78,9 @@ EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
 # A start fails when another process takes a port first, or when `ray start` gives up on its
 # raylet (Ray waits a fixed 30 s for it to register: a busy machine misses that now and then).
 START_ATTEMPTS = 3
+# Serve's deployment config registers a request router's module for pickling by value and
+# unregisters it after: two builds at once (clusters started from threads) race on that.
+_BUILD_LOCK = threading.Lock()
 
 
 class PortWindow:
@@ -308,7 +312,8 @@ class LocalServe:
             if app.get("import_path") != entry_point:
                 continue
             try:
-                build_app(app.get("args") or {})
+                with _BUILD_LOCK:
+                    build_app(app.get("args") or {})
             except ValueError as err:  # pydantic's ValidationError is one
                 raise DeployFailed(f"{app.get('name')}: {err}") from err
 

@@ -192,3 +192,61 @@ def test_a_pool_is_ready_while_it_serves_not_while_it_fails_or_first_deploys() -
     assert pool_ready(status("UPDATING")) and not pool_ready(status("UPDATING", running=0))  # rolling vs first
     assert not any(pool_ready(status(s)) for s in ("UNHEALTHY", "DEPLOY_FAILED"))
     assert not pool_ready({})  # Serve does not know the pool
+
+
+def _stream_events(response: Any) -> list[dict[str, Any]]:
+    assert response.status_code == 200, response.text
+    events = [line[len("data: "):] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_a_federation_front_gets_each_events_tokens_and_a_wrong_key_is_refused(client: TestClient) -> None:
+    body = {"model": MODEL, "prompt": "hello there", "max_tokens": 6, "stream": True}
+    plain = _stream_events(client.post("/v1/completions", headers=_auth(), json=body))
+    assert not any("wattwise_progress" in e for e in plain)  # a client of the app sees OpenAI's stream
+    federated = _stream_events(client.post("/v1/completions", headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY},
+                                           json=body))
+    assert sum(e["wattwise_progress"]["tokens"] for e in federated) == 6
+    _error(client.post("/v1/completions", headers={**_auth(), "x-wattwise-admin-key": KEY}, json=body), 403,
+           "admin_key_required")
+
+
+def test_a_stream_begun_on_another_cloud_goes_on_from_what_its_client_holds(client: TestClient) -> None:
+    held = {"request_id": "abc123", "arrival_s": 1000.0, "text": "one two", "tokens": 2, "first_token_s": 1000.5,
+            "last_token_s": 1001.0, "events": 2}
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "count"}], "max_tokens": 6, "stream": True,
+            "stream_options": {"include_usage": True}, "wattwise_resume": held}
+    events = _stream_events(client.post("/v1/chat/completions",
+                                        headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY}, json=body))
+    assert {e["id"] for e in events} == {"cmpl-abc123"}
+    assert "role" not in events[0]["choices"][0]["delta"]  # the client had its role already
+    assert sum(e["wattwise_progress"]["tokens"] for e in events if "wattwise_progress" in e) == 4  # the rest only
+    report = next(e["wattwise"] for e in events if "wattwise" in e)
+    assert report["resumed"] and report["retries"] == 1
+    assert events[-1]["usage"]["completion_tokens"] == 6  # every token the client got
+    _error(client.post("/v1/chat/completions", headers=_auth(), json=body), 403, "admin_key_required")
+    _error(client.post("/v1/chat/completions", headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY},
+                       json={**body, "stream": False}), 400, None)
+    _error(client.post("/v1/chat/completions", headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY},
+                       json={**body, "wattwise_resume": {**held, "tokens": -1}}), 400, None)
+
+
+def test_the_gateway_learns_the_prefix_of_a_stream_a_federation_front_resumed(client: TestClient,
+                                                                               ingress: Ingress) -> None:
+    """Through the gateway's bridge: its first part reports what the client held before this
+    app took the stream over, so that an ingress failure later resumes the whole of it."""
+    from deployments.asgi_bridge import HttpExchange, ResponseBody
+
+    held = {"request_id": "fed42", "arrival_s": 1000.0, "text": "one two", "tokens": 2, "events": 2}
+    body = {"model": MODEL, "prompt": "count", "max_tokens": 5, "stream": True, "wattwise_resume": held}
+    exchange = HttpExchange("POST", "/v1/completions", "", b"", (
+        (b"authorization", f"Bearer {KEY}".encode()), (b"x-wattwise-admin-key", ADMIN_KEY.encode()),
+        (b"content-type", b"application/json")), json.dumps(body).encode())
+
+    async def parts() -> list[Any]:
+        return [part async for batch in ingress.exchange(exchange) for part in batch]
+
+    progress = [p.progress for p in client.portal.call(parts) if isinstance(p, ResponseBody) and p.progress]  # type: ignore[union-attr]
+    assert progress[0].text.startswith("one two") and progress[0].request_id == "fed42"
+    assert sum(p.tokens for p in progress) == 5  # the two held, then the three generated here

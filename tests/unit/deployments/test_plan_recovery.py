@@ -53,6 +53,7 @@ class _FakeStore:
         self.log: list[tuple[str, tuple]] = []
         self.publish = _Call(self.log, "publish")
         self.overrides_of = _Call(self.log, "overrides_of")
+        self.report_load = _Call(self.log, "report_load")
 
     def publishes(self) -> int:
         return sum(name == "publish" for name, _ in self.log)
@@ -68,6 +69,18 @@ def test_an_unchanged_plan_is_republished_every_few_seconds() -> None:
     policy(by_deployment(_ctx(2, busy, 5.1)))
     assert store.publishes() == 2  # a store restarted meanwhile has the plan again
     assert policy.plan_version == 1  # the same plan, not a new one
+
+
+def test_the_replicas_work_goes_to_the_store_once_a_second_for_admin_load() -> None:
+    policy = AppAutoscalingPolicy(policy="utilisation", target_requests_per_replica=1)
+    store = policy._store = _FakeStore()
+    busy = {"running_requests": 2.0, "kv_blocks_total": 100.0, "pending_prompt_tokens": 30.0,
+            "pending_decode_tokens": 70.0, "tokens_per_s": 12.0, "batch_limit": 8.0, "tensor_parallel": 2.0}
+    for now in (0.0, 0.5, 1.0):
+        policy(by_deployment(_ctx(2, busy, now)))
+    reports = [args[0] for name, args in store.log if name == "report_load"]
+    assert [r.at_s for r in reports] == [0.0, 1.0]
+    assert (reports[-1].outstanding_tokens, reports[-1].tokens_per_s, reports[-1].running_gpus) == (200.0, 24.0, 4)
 
 
 def test_the_plan_counts_each_deployments_running_replicas_and_a_new_count_goes_out_at_once() -> None:

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from app.config import AppConfig
+from federation.config import FederationConfig
 from wattwise.config_docs import NO_DESCRIPTION, models, render
 
 PAGE = Path(__file__).resolve().parents[3] / "docs" / "configuration.md"
@@ -15,7 +16,7 @@ def test_configuration_page_is_current() -> None:
 
 def test_every_model_and_field_is_on_the_page() -> None:
     page = render()
-    for model in models(AppConfig):
+    for model in [*models(AppConfig), *models(FederationConfig)]:
         assert f"## {model.__name__}\n" in page
         for name in model.model_fields:
             assert f"| `{name}` |" in page
@@ -31,8 +32,9 @@ def test_app_config_fields_are_described() -> None:
 
 
 def test_every_reachable_field_is_described() -> None:
-    """Every field reachable from AppConfig, in whichever module its model lives, has a description."""
-    found = models(AppConfig)
+    """Every field reachable from AppConfig or FederationConfig, in whichever module its model
+    lives, has a description."""
+    found = [*models(AppConfig), *models(FederationConfig)]
     assert len(found) > 1
     missing = [f"{m.__module__}.{m.__name__}.{n}" for m in found
                for n, f in m.model_fields.items() if not (f.description or "").strip()]
