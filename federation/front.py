@@ -36,8 +36,6 @@ from app.openai_api import (
     APIError,
     ChatCompletionRequest,
     CompletionRequest,
-    chat_body,
-    completion_body,
     invalid_request,
 )
 from core.classes import LengthClassConfig
@@ -45,6 +43,7 @@ from core.token_counter import default_token_counter
 from federation.config import FederationConfig
 from federation.metrics import FrontMetrics
 from federation.relay import CloudAnswer, Relay, RequestShape
+from federation.unary import chat_body, completion_body, unassemblable
 from federation.upstream import CloudClient, Unreachable
 from prediction.predictor_config import PredictorConfig
 from prediction.predictor_factory import make_predictor
@@ -159,6 +158,10 @@ class FrontDoor:
             if RESUME_FIELD in data:
                 raise APIError(403, f"'{RESUME_FIELD}' is the front door's own field.", "permission_error",
                                param=RESUME_FIELD, code="admin_key_required")
+            if not body.stream and (name := unassemblable(body)) is not None:
+                raise APIError(400, f"'{name}' needs a streamed request through the federation front (it joins "
+                               "one choice's text for a unary one), or the cloud's own endpoint.", param=name,
+                               code="unsupported_parameter")
             if body.model not in self.config.models:
                 raise APIError(404, f"The model '{body.model}' does not exist. Available: {self.config.models}.",
                                param="model", code="model_not_found")
@@ -243,7 +246,7 @@ class FrontDoor:
         finally:
             await events.aclose()
         self.metrics.outcome("completed")
-        body = render(rid, model, "".join(text), finish, usage, False)
+        body = render(rid, model, "".join(text), finish, usage)
         body["wattwise"] = report
         return JSONResponse(body)
 

@@ -158,6 +158,10 @@ def test_bad_requests_get_the_apps_errors(front: tuple[FrontDoor, TestClient],
         "model": MODEL, "prompt": "a", "wattwise_resume": {}})) == (403, "admin_key_required")
     assert code(client.post("/v1/completions", headers=AUTH, content=b"x" * 1_000_001)) == (413, "request_too_large")
     assert code(client.get("/admin/clouds", headers=AUTH)) == (403, "admin_key_required")
+    # more than one choice's text, unary: the front cannot join it from text deltas
+    unary_n = client.post("/v1/completions", headers=AUTH, json={"model": MODEL, "prompt": "a", "n": 2,
+                                                                   "temperature": 1.0})
+    assert code(unary_n) == (400, "unsupported_parameter") and unary_n.json()["error"]["param"] == "n"
     assert not any(c.bodies for c in clouds.values())  # none reached a cloud
 
 
