@@ -219,7 +219,7 @@ def test_a_stream_begun_on_another_cloud_goes_on_from_what_its_client_holds(clie
             "stream_options": {"include_usage": True}, "wattwise_resume": held}
     events = _stream_events(client.post("/v1/chat/completions",
                                         headers={**_auth(), "x-wattwise-admin-key": ADMIN_KEY}, json=body))
-    assert {e["id"] for e in events} == {"cmpl-abc123"}
+    assert {e["id"] for e in events} == {"chatcmpl-abc123"}  # a chat stream's id, as vLLM names it
     assert "role" not in events[0]["choices"][0]["delta"]  # the client had its role already
     assert sum(e["wattwise_progress"]["tokens"] for e in events if "wattwise_progress" in e) == 4  # the rest only
     report = next(e["wattwise"] for e in events if "wattwise" in e)
