@@ -60,6 +60,7 @@ from deployments.messages import ReplicaChunk, Reply, Shed, Squashed
 from deployments.phase_split import PhaseSplit
 from deployments.rate_ledger import RateLimitGate
 from deployments.resume import ResumableStream, Resumption, StreamBroken, call_with_retries
+from deployments.serve_request_ids import as_own_request
 from deployments.tracing import tracer
 from prediction.predictor_factory import make_predictor
 
@@ -310,7 +311,8 @@ class Ingress:
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             exchange = current_exchange()
-            streams = [ResumableStream(self._start_stream, r, pools, self.config.max_retries, self.metrics.retried,
+            start = partial(self._start_stream, own_request_id=len(requests) > 1)
+            streams = [ResumableStream(start, r, pools, self.config.max_retries, self.metrics.retried,
                                        progress=None if resume is None else resume.progress(),
                                        inherited=Resumption() if resume is None else resume.resumption())
                        for r in requests]
@@ -330,7 +332,8 @@ class Ingress:
             self.metrics.retried(next_pool)
 
         results = await asyncio.gather(*(self._call(call_with_retries(
-            partial(self._start_complete, r), pools, self.config.max_retries, on_retry)) for r in requests))
+            partial(self._start_complete, r, own_request_id=len(requests) > 1), pools, self.config.max_retries,
+            on_retry)) for r in requests))
         for r, result in zip(requests, results, strict=True):
             self._learn(r, result)
         self.metrics.record(route, 200)
@@ -466,15 +469,18 @@ class Ingress:
         """Await the first chunk before answering 200, so overload still gets a 503."""
         return await self._call(gen.__anext__())
 
-    def _start_stream(self, request: Any, pool: str) -> Any:
+    def _start_stream(self, request: Any, pool: str, own_request_id: bool = False) -> Any:
+        """`own_request_id`: one of several concurrent calls of this request (n > 1 choices)."""
         if self.phase_split is not None:
             return self.phase_split.stream(request)
-        return self.pools[self.state.deployment(pool)].options(stream=True).generate.remote(request)
+        method = self.pools[self.state.deployment(pool)].options(stream=True).generate
+        return as_own_request(lambda: method.remote(request)) if own_request_id else method.remote(request)
 
-    def _start_complete(self, request: Any, pool: str) -> Any:
+    def _start_complete(self, request: Any, pool: str, own_request_id: bool = False) -> Any:
         if self.phase_split is not None:
             return self.phase_split.complete(request)
-        return self.pools[self.state.deployment(pool)].complete.remote(request)
+        method = self.pools[self.state.deployment(pool)].complete
+        return as_own_request(lambda: method.remote(request)) if own_request_id else method.remote(request)
 
     async def _sse(self, streams: list[ResumableStream], firsts: Sequence[Reply], rid: str, model: str,
                    renderer: Renderer, request: Request, route: str, include_usage: bool,
