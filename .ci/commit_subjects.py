@@ -24,14 +24,6 @@ SCISSORS = "# ------------------------ >8 ------------------------"
 # merge-base with, and a fixed commit stays an ancestor of every later main whether branches
 # are merged or rebased onto it.
 BASE = "0fab8043ae50124c431417a69faa6610e12c1149"
-# Three commits of a branch that was cut before the hook was on (issue 68's baselines, merged
-# 2026-12-05). Rewriting them would change every later commit's id, and the dated results
-# name those ids as their provenance; so they are let through by id, and only they.
-GRANDFATHERED = frozenset({
-    "cadcc3d8636730f299b64fb753590f6855c165ce",
-    "5a6063794fb66a1ab18bc5fbb8a2ba50f5e12abd",
-    "f1c7fc1943d41952bb84c09cf767b1f187f47959",
-})
 
 
 def subject_problems(message: str) -> list[str]:
@@ -87,7 +79,6 @@ def check_range(base: str) -> int:
     if note:
         print(f"commit subjects: {note}", file=sys.stderr)
     failures = []
-    commits = [c for c in commits if c not in GRANDFATHERED]
     for commit in commits:
         message = git("log", "-1", "--format=%B", commit).stdout
         failures += [f"{commit[:12]}: {problem}" for problem in subject_problems(message)]

