@@ -49,8 +49,9 @@ class ShapePlannerConfig(BaseModel):
 
     headroom: float = Field(default=0.7, gt=0, le=1, description="Share of the TBT target to plan for.")
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
-        "Share of the TTFT target to plan for: the profile's TTFT is a mean (M/D/1 queueing), "
-        "the SLO is judged per request, so the tail needs room the mean does not show."))
+        "Share of the TTFT target's slack above a prompt's own prefill that the planned wait may "
+        "fill: the profile's TTFT is a mean (M/D/1 queueing), the SLO is judged per request, so "
+        "the tail of the wait needs room the mean does not show (the prefill itself does not vary)."))
     kv_headroom: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
         "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
         "perf model; a measured profile already shows what its engines held). throttLL'eM's "
@@ -149,6 +150,11 @@ class Dilation:
     def headroom(self, share: float) -> float:
         return share / self.slowdown
 
+    @property
+    def slo_scale(self) -> float:
+        """What the SLOs are for the profile's engine: 1/`slowdown` of the real ones."""
+        return 1.0 / self.slowdown
+
 
 AS_PROFILED = Dilation()
 
@@ -174,16 +180,26 @@ ARRIVAL_ORDER_AT_PLANNED_CLOCK = ReplicaTraits()
 
 def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
                      lengths: LengthClassConfig, headroom: float, ttft_headroom: float | None = None,
-                     deadline_step_s: float | None = None, cross_class_wait: bool = True) -> float | None:
+                     deadline_step_s: float | None = None, cross_class_wait: bool = True,
+                     target_attainment: float = 0.99, slo_scale: float = 1.0) -> float | None:
     """Instances of (TP, clock) the per-class rates fill (each class's share of one
     instance is its rate over the instance's SLO-feasible capacity); None if a class
-    with load cannot be served at this shape at all. A request may wait for one prefill
+    with load cannot be served at this shape at all. `headroom` is the share of the TBT
+    target planned for; `ttft_headroom` (default: `headroom`) the share of the TTFT
+    target's slack above the class's unloaded TTFT that queueing may fill (a prompt's
+    prefill does not vary; its wait does). `slo_scale`: the targets for the profile's engine
+    over the real ones (Dilation.slo_scale). A request may wait for one prefill
     of another class sharing its replica (a short prompt behind a long one: the
-    interference DynamoLLM's pools avoid), so each class's TTFT target is cut by the
-    longest unloaded TTFT of the other classes with load. Where the replicas prefill in
-    TTFT-deadline order in steps of at most `deadline_step_s`, a class waits for the whole
-    prefill only of classes due as soon, and for the step in flight of those due later:
-    half a step on average (the profile's TTFT is a mean; the TTFT headroom keeps the tail).
+    interference DynamoLLM's pools avoid). It does so only when it lands while one runs:
+    with probability rho, the other class's per-instance rate times its prefill. So the
+    mean TTFT the headroom plans for is cut by each wait weighted by rho, and the request
+    that does wait (a tail of sum rho, when that exceeds the SLO's allowance of
+    1 - `target_attainment`) must still meet the full target after its longest wait.
+    Where the replicas prefill in TTFT-deadline order in steps of at most
+    `deadline_step_s`, a class waits for the whole prefill only of classes due as soon,
+    and for the step in flight of those due later: half a step on average.
+    The per-instance rates behind rho are those of the instances the load needs without
+    the waits (a lower bound: the count returned is at least the true one).
     `cross_class_wait` False leaves the waits out: what the load needs between the moments
     a prompt waits behind another class's."""
     loaded = [cls for cls, rate in rates.items() if rate > 0]
@@ -191,24 +207,36 @@ def needed_instances(profile: EnergyProfile, rates: dict[str, float], tp: int, c
     slos = {cls: lengths.slo(cls) for cls in loaded}  # the planner's hot loop: one SLO per class
 
     def wait_behind_s(cls: str, other: str) -> float:
-        if not cross_class_wait:
-            return 0.0
         if deadline_step_s is None or slos[other].ttft_s <= slos[cls].ttft_s:
             return solo_ttft_s[other]
         return min(solo_ttft_s[other], deadline_step_s / 2)
 
-    need = 0.0
+    def need_with(mean_wait_s: dict[str, float], tail_wait_s: dict[str, float]) -> float | None:
+        need = 0.0
+        for cls in loaded:
+            ttft_slo_s = slos[cls].ttft_s * slo_scale  # the targets the headrooms leave, as floats
+            solo_s = solo_ttft_s[cls]
+            mean_target_s = solo_s + (ttft_slo_s - solo_s) * (ttft_headroom or headroom) - mean_wait_s.get(cls, 0.0)
+            tail_target_s = ttft_slo_s - tail_wait_s[cls] if cls in tail_wait_s else math.inf
+            ttft_s = min(mean_target_s, tail_target_s)
+            cap = profile.capacity_within(cls, tp, clock_mhz, ttft_s, slos[cls].tbt_s * headroom) if ttft_s > 0 else 0.0
+            if cap <= 0:
+                return None
+            need += rates[cls] / cap
+        return need
+
+    alone = need_with({}, {})
+    if not cross_class_wait or alone is None or len(loaded) < 2:
+        return alone
+    instances = max(alone, 1.0)
+    busy = {cls: rates[cls] / instances * solo_ttft_s[cls] for cls in loaded}  # rho per class
+    mean_wait_s, tail_wait_s = {}, {}
     for cls in loaded:
-        wait_s = max((wait_behind_s(cls, other) for other in loaded if other != cls), default=0.0)
-        # The targets the headrooms leave, as floats (an SLO object validates: the planner's hot loop).
-        ttft_s = slos[cls].ttft_s * (ttft_headroom or headroom)
-        if ttft_s <= wait_s:
-            return None
-        cap = profile.capacity_within(cls, tp, clock_mhz, ttft_s - wait_s, slos[cls].tbt_s * headroom)
-        if cap <= 0:
-            return None
-        need += rates[cls] / cap
-    return need
+        others = [o for o in loaded if o != cls]
+        mean_wait_s[cls] = sum(busy[o] * wait_behind_s(cls, o) for o in others)
+        if sum(busy[o] for o in others) > 1.0 - target_attainment:
+            tail_wait_s[cls] = max(wait_behind_s(cls, o) for o in others)
+    return need_with(mean_wait_s, tail_wait_s)
 
 
 def shape_power_w(profile: EnergyProfile, rates: dict[str, float], tp: int, clock_mhz: int,
@@ -248,9 +276,9 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
                    headroom: float, min_instances: int, max_gpus: int, tps: Collection[int] | None = None,
                    ttft_headroom: float | None = None, max_instances: int | None = None,
                    deadline_step_s: float | None = None, load_rates: dict[str, float] | None = None,
-                   held_gpu_w: float = 0.0, clock_floor_mhz: float = 0.0) -> PoolShape | None:
+                   held_gpu_w: float = 0.0, clock_floor_mhz: float = 0.0, slo_scale: float = 1.0) -> PoolShape | None:
     """The (TP, clock, instances) of least power plus `held_gpu_w` per GPU, over the
-    profile's TPs (or `tps`) and clocks.
+    profile's TPs (or `tps`) and clocks; the headrooms and `slo_scale` as needed_instances'.
     A shape is costed at its clock, or, given `load_rates` (replicas that pick each step's
     clock inside a band), at the clock of least power among those at which its instances carry
     them with no wait behind other classes' prefills (`run_clock_mhz`, the band's floor): the
@@ -268,9 +296,11 @@ def cheapest_shape(profile: EnergyProfile, rates: dict[str, float], lengths: Len
         if tps is not None and tp not in tps:
             continue
         load_need = ([needed_instances(profile, load_rates, tp, c, lengths, headroom, ttft_headroom,
-                                       cross_class_wait=False) for c in clocks] if load_rates is not None else [])
+                                       cross_class_wait=False, slo_scale=slo_scale) for c in clocks]
+                     if load_rates is not None else [])
         for clock in clocks:
-            need = needed_instances(profile, rates, tp, clock, lengths, headroom, ttft_headroom, deadline_step_s)
+            need = needed_instances(profile, rates, tp, clock, lengths, headroom, ttft_headroom, deadline_step_s,
+                                    slo_scale=slo_scale)
             if need is None:
                 continue
             n = max(math.ceil(need - 1e-9), min_instances)
@@ -412,7 +442,8 @@ class PoolShapePlanner:
         margin = cfg.burst_margin if burst_margin is None else burst_margin
         load = {cls: r / (1.0 + margin) for cls, r in rates.items()} if replicas.pick_clock else None
         return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
-                              cfg.min_instances, gpus_available, ttft_headroom=dilation.headroom(cfg.ttft_headroom),
+                              cfg.min_instances, gpus_available, ttft_headroom=cfg.ttft_headroom,
+                              slo_scale=dilation.slo_scale,
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
                               load_rates=load, held_gpu_w=held_gpu_w, clock_floor_mhz=replicas.clock_floor_mhz)
 
@@ -424,8 +455,8 @@ class PoolShapePlanner:
         if tp in self.profile.tensor_parallel_degrees:
             for clock in sorted(self.profile.clocks_mhz):
                 need = needed_instances(self.profile, dilation.rates(planned), tp, clock, self.lengths,
-                                        dilation.headroom(cfg.headroom), dilation.headroom(cfg.ttft_headroom),
-                                        replicas.deadline_step_s)
+                                        dilation.headroom(cfg.headroom), cfg.ttft_headroom,
+                                        replicas.deadline_step_s, slo_scale=dilation.slo_scale)
                 if need is not None and need <= instances + 1e-9:
                     return clock
         return self.max_clock_mhz
