@@ -3,8 +3,9 @@
     wattwise bench robustness [--variants NAME,...] [--duration-s 1800] [--jobs 2] [--json out.json]
 
 Each variant changes one thing from the default run (conv's first half hour on the default
-profile): the profile (Splitwise's 2023 sweeps; a B200), the load (conv at 1.7x its rate; a
-synthetic hour with inter-arrival CV 3; another seed's 24 h day, shortened to --day-hours), or
+profile): the profile (Splitwise's 2023 sweeps of H100 and A100; a B200), the model (BLOOM-176B,
+Llama-3.1-8B), the load (code on Splitwise's profile; conv at 1.7x its rate; a synthetic hour
+with inter-arrival CV 3; another seed's 24 h day, shortened to --day-hours), or
 the GPU's fitted clock physics (each leave-one-out refit of energy.clock_fit: the range the
 fit's uncertainty spans). Per variant: the composite, SinglePool and the three operator
 baselines in one run; the composite's energy over the strongest baseline's (the least energy
@@ -24,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from bench.wattwise import OPERATOR_BASELINES, strongest_baseline
-from energy.hardware import GPUS
+from energy.hardware import GPUS, MODELS
 from sim.config import SimConfig
 from sim.metrics import worst_class
 from sim.run import simulate
@@ -56,6 +57,7 @@ class Variant:
     rate_scale: float = 1.0
     profile: str | None = None
     hardware: str = "h100-80gb"
+    model: str = "llama2-70b"
     seed: int = 0
     physics: dict[str, float] = field(default_factory=dict)  # GpuSpec fields replaced
 
@@ -64,6 +66,10 @@ VARIANTS = (
     Variant("default"),
     Variant("Splitwise's profile", profile="splitwise-llama2-70b-h100"),
     Variant("B200", profile="mlenergy-llama3-70b-b200", hardware="b200-180gb"),
+    Variant("A100 (Splitwise's profile)", profile="splitwise-llama2-70b-a100", hardware="a100-80gb"),
+    Variant("code on Splitwise's profile", trace="code", profile="splitwise-llama2-70b-h100"),
+    Variant("BLOOM-176B (Splitwise's profile)", profile="splitwise-bloom-176b-h100", model="bloom-176b"),
+    Variant("Llama-3.1-8B", profile="mlenergy-llama3.1-8b-h100", model="llama3.1-8b"),
     Variant("conv at 1.7x its rate", rate_scale=1.7),
     Variant("synthetic, CV 3", trace="synthetic-cv3"),
     Variant("another day (seed 1)", trace="day", seed=1),
@@ -72,6 +78,7 @@ VARIANTS = (
 
 
 def workload(v: Variant, duration_s: float, day_hours: float) -> Workload:
+    """The variant's requests, prompts and outputs clipped to its model's context."""
     rng = np.random.default_rng(v.seed)
     conv = load_trace("conv")
     if v.trace == "synthetic-cv3":
@@ -82,14 +89,14 @@ def workload(v: Variant, duration_s: float, day_hours: float) -> Workload:
         w = window(load_trace(v.trace), 0.0, duration_s)
     if v.rate_scale != 1.0:
         w = scale_rate(w, v.rate_scale, rng)
-    return fit_context(w, 8192)
+    return fit_context(w, MODELS[v.model].max_context_tokens)
 
 
 def run_one(job: tuple[Variant, str, float, float]) -> dict[str, Any]:
     variant, policy, duration_s, day_hours = job
     if variant.physics:  # in this worker process only: every perf model built here reads it
         GPUS[variant.hardware] = GPUS[variant.hardware].model_copy(update=variant.physics)
-    config = SimConfig(hardware=variant.hardware, profile=variant.profile)
+    config = SimConfig(hardware=variant.hardware, profile=variant.profile, model=variant.model)
     try:
         summary, _ = simulate(policy, workload(variant, duration_s, day_hours), config)
     except ValueError as exc:  # a policy that cannot run on the profile (SinglePool's TP8 on B200's TP2)
@@ -100,7 +107,9 @@ def run_one(job: tuple[Variant, str, float, float]) -> dict[str, Any]:
 def verdict(name: str, results: list[dict[str, Any]]) -> str:
     rows = [r for r in results if "error" not in r]
     skipped = "".join(f"; {r['policy']} cannot run: {r['error']}" for r in results if "error" in r)
-    ours = next(r for r in rows if r["policy"] == "wattwise")
+    ours = next((r for r in rows if r["policy"] == "wattwise"), None)
+    if ours is None:
+        return f"{name}: the composite cannot run{skipped}"
     best = strongest_baseline(rows)
     classes = ", ".join(f"{r['policy']} {worst_class(r)[0]} {worst_class(r)[1] * 100:.1f}%" for r in rows)
     if best is None:

@@ -14,7 +14,7 @@ from itertools import pairwise
 from core.classes import LengthClassConfig
 from energy.capacity import CapacityModel, Load
 from energy.perf_model import PerfModel
-from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS, EnergyProfile, ProfilePoint
+from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, EnergyProfile, ProfilePoint
 
 LOAD_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 # A step in power above this share between neighbouring loads earns a midpoint.
@@ -83,17 +83,18 @@ def build_profile(
     perf: PerfModel,
     lengths: LengthClassConfig = LengthClassConfig(),
     shapes: dict[str, tuple[int, int]] = CONV_CLASS_SHAPES,
-    tps: tuple[int, ...] = PROFILE_TPS,
+    tps: tuple[int, ...] | None = None,
     clocks_mhz: tuple[int, ...] = PROFILE_CLOCKS_MHZ,
     max_kv_utilisation: float = 1.0,
 ) -> EnergyProfile:
     """Every class x TP x clock's curve up to its SLO-feasible load, from the perf model; a
-    load filling more than `max_kv_utilisation` of an instance's KV counts as infeasible."""
+    load filling more than `max_kv_utilisation` of an instance's KV counts as infeasible.
+    `tps`: the TPs to profile (None: every TP the perf model has, TP1 for an 8B model)."""
     cap = CapacityModel(perf, max_kv_utilisation=max_kv_utilisation)
     points = []
     for cls, shape in shapes.items():
         slo = lengths.slo(cls)
-        for tp in tps:
+        for tp in tps or perf.tensor_parallel_degrees:
             if tp not in perf.fits:
                 continue
             for clock in clocks_mhz:

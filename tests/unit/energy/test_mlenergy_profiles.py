@@ -125,3 +125,16 @@ def test_profiles_are_selectable_by_name() -> None:
         default_perf_model("llama3.1-70b", "h100-80gb", "mlenergy-llama3-70b-b200")
     with pytest.raises(ValueError, match="sizes"):
         perf_model_for("mlenergy-llama3.1-8b-h100", "llama3.1-70b")
+
+
+def test_an_energy_profile_covers_every_tp_its_perf_model_has() -> None:
+    """Llama-3.1-8B runs on one GPU: its energy profile is built at TP1 (not only at the 70B
+    models' TP2-TP8), so the composite can plan on it."""
+    from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
+    from energy.profile_builder import build_profile
+
+    perf = default_perf_model("llama3.1-8b", "h100-80gb", "mlenergy-llama3.1-8b-h100")
+    assert build_profile(perf).tensor_parallel_degrees == [1]
+    policy = WattwisePolicy(WattwiseConfig(pools={"pool-all": ["SS", "MM", "LL"]}, model="llama3.1-8b",
+                                           hardware="h100-80gb", profile="mlenergy-llama3.1-8b-h100"))
+    assert policy.profile.tensor_parallel_degrees == [1]
