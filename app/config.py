@@ -24,7 +24,7 @@ from core.roles import Phase, ReplicaKind
 from energy.hardware import GPUS, MODELS
 from energy.profiles import PROFILE_NAMES
 from engines.factory import EngineConfig, context_tokens
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine_config import ModelledEngineConfig
 from engines.vllm_config import VLLM_CPU_BLOCK_TOKENS, VllmEngineConfig
 from prediction.predictor_config import PredictorConfig
 
@@ -55,7 +55,7 @@ class PoolConfig(BaseModel):
 
     name: str = Field(pattern=r"^[a-z][a-z0-9_-]{0,30}$", description="Pool name; its Serve deployment is `pool-<name>`.")
     classes: list[str] = Field(min_length=1, description="Length classes (e.g. SS, SM, SL) routed to this pool; each class in exactly one pool.")
-    engine: EngineConfig = Field(default=SimEngineConfig(), description="The replicas' engine: no `kind` (or kind: sim) simulated GPUs (SimEngineConfig); kind: vllm the real engine (VllmEngineConfig).")
+    engine: EngineConfig = Field(default=ModelledEngineConfig(), description="The replicas' engine: no `kind` (or kind: sim) simulated GPUs (ModelledEngineConfig); kind: vllm the real engine (VllmEngineConfig).")
     autoscaling: PoolAutoscaling = Field(default=PoolAutoscaling(), description="Replica bounds and Serve's metric reporting for the pool.")
     max_ongoing_requests: int = Field(default=512, gt=0, description="Serve's cap on requests in flight per replica.")
     max_queued_requests: int = Field(default=1024, gt=0, description="Serve's cap on requests queued for the pool's replicas; beyond it Serve refuses them (back-pressure).")
@@ -65,7 +65,7 @@ class PoolConfig(BaseModel):
     phase: Phase | None = Field(default=None, description="Splitwise: a pool of prompt, token or mixed (both phases) replicas; the app's `splitwise` coordinator picks a prompt and a token replica for every request.")
     local_autoscaler: LocalAutoscalerConfig | None = Field(default=None, description="Chiron's Algorithm 1 in every replica of the pool: it owns the batch limit; None: off.")
     tensor_parallel_options: list[int] | None = Field(default=None, description="TP degrees the controller may run the pool at (DynamoLLM's pool manager, throttLL'eM's engine sizing); None: only the engine's own `tensor_parallel`.")
-    tp_change: Literal["in_place", "shadow"] | None = Field(default=None, description="How a TP change happens. \"shadow\": one deployment per TP option, the new degree's replicas start beside the serving ones, traffic switches when they all run, the old deployment drains (autoscaling.shadow_rollout). \"in_place\": replicas re-shard their engine (the sim engine models DynamoLLM's re-sharding and its cost). None: shadow for engines that cannot re-shard (vLLM), in place for the sim engine.")
+    tp_change: Literal["in_place", "shadow"] | None = Field(default=None, description="How a TP change happens. \"shadow\": one deployment per TP option, the new degree's replicas start beside the serving ones, traffic switches when they all run, the old deployment drains (autoscaling.shadow_rollout). \"in_place\": replicas re-shard their engine (the modelled engine models DynamoLLM's re-sharding and its cost). None: shadow for engines that cannot re-shard (vLLM), in place for the modelled engine.")
     graceful_shutdown_timeout_s: float = Field(default=120.0, gt=0, description="A replica being stopped (scale-down, a drained shadow) gets this long to finish its in-flight requests; Serve's default of 20 s cuts long generations short.")
 
     @model_validator(mode="after")
@@ -194,9 +194,9 @@ def check_keys(api_keys: list[ApiKey], admin_keys: list[AdminKey]) -> None:
 def default_pools() -> list[PoolConfig]:
     """Three pools by input size, DynamoLLM's merging of the nine classes at low load."""
     return [
-        PoolConfig(name="short", classes=["SS", "SM", "SL"], engine=SimEngineConfig(tensor_parallel=2)),
-        PoolConfig(name="medium", classes=["MS", "MM", "ML"], engine=SimEngineConfig(tensor_parallel=4)),
-        PoolConfig(name="long", classes=["LS", "LM", "LL"], engine=SimEngineConfig(tensor_parallel=8)),
+        PoolConfig(name="short", classes=["SS", "SM", "SL"], engine=ModelledEngineConfig(tensor_parallel=2)),
+        PoolConfig(name="medium", classes=["MS", "MM", "ML"], engine=ModelledEngineConfig(tensor_parallel=4)),
+        PoolConfig(name="long", classes=["LS", "LM", "LL"], engine=ModelledEngineConfig(tensor_parallel=8)),
     ]
 
 
@@ -373,7 +373,7 @@ class AppConfig(BaseModel):
             raise ValueError("model_apps: needs a gateway (gateway_replicas > 0), which hands requests to each app")
         for i, pool in enumerate(self.pools):
             engine = pool.engine
-            sim = engine if isinstance(engine, SimEngineConfig) else None
+            sim = engine if isinstance(engine, ModelledEngineConfig) else None
             if sim is not None and sim.model not in MODELS:
                 raise ValueError(f"pools[{i}].engine.model: unknown model {sim.model!r}; known: {sorted(MODELS)}")
             if engine.hardware not in GPUS:
@@ -435,7 +435,7 @@ class AppConfig(BaseModel):
     def modelled(self) -> bool:
         """Some pool runs the modelled engine (placeholder tokens): the API refuses what only a
         real engine honours (core.sampling.unmodelled)."""
-        return any(isinstance(p.engine, SimEngineConfig) for p in self.pools)
+        return any(isinstance(p.engine, ModelledEngineConfig) for p in self.pools)
 
     @property
     def adapters(self) -> list[str]:

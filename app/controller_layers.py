@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.config import AppConfig
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine_config import ModelledEngineConfig
 
 CONTROLLER = "wattwise"
 
@@ -26,7 +26,7 @@ def missing_layers(config: AppConfig) -> list[str]:
         if pool.engine.throttllem is None:
             missing.append(f"pools[{i}].engine.throttllem (pool {pool.name!r}): throttLL'eM's admission and "
                            "per-step clock; `throttllem: {}` turns it on")
-        if isinstance(pool.engine, SimEngineConfig) and not pool.engine.interactive_first:
+        if isinstance(pool.engine, ModelledEngineConfig) and not pool.engine.interactive_first:
             missing.append(f"pools[{i}].engine.interactive_first (pool {pool.name!r}): Chiron's batch work "
                            "yielding to interactive; `interactive_first: true`")
     return missing

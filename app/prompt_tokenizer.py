@@ -1,7 +1,7 @@
 """How the ingress turns a request into prompt text and counts its tokens, per app.
 
 Length classes and context checks need the token count the engine will see: sim pools
-count with core.token_counter (the tokenizer the sim engine counts with, so both agree),
+count with core.token_counter (the tokenizer the modelled engine counts with, so both agree),
 vLLM pools use their model's own tokenizer and render chat messages with its chat
 template, as vLLM's server would.
 """
@@ -34,7 +34,7 @@ class PromptTokenizer(Protocol):
 
 
 class SimPrompts:
-    """Prompt text as is, counted like the sim engine counts it."""
+    """Prompt text as is, counted like the modelled engine counts it."""
 
     def __init__(self, counter: TokenCounter | None = None) -> None:
         self.counter = counter or default_token_counter()  # loaded with the ingress, not per request

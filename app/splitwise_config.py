@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.splitwise.config import MachineConfig, SplitwiseConfig
 from core.roles import Phase
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine_config import ModelledEngineConfig
 from engines.vllm_config import VllmEngineConfig
 
 
@@ -20,7 +20,7 @@ class SplitwiseServeConfig(BaseModel):
     scheduling: SplitwiseConfig = Field(default=SplitwiseConfig(), description=(
         "Splitwise's scheduling knobs, the simulator's own (autoscaling.splitwise.config)."))
     kv_payload_scale: float = Field(default=1e-3, gt=0, le=1, description=(
-        "The sim engine's KV payload is prompt_tokens x the model's KV bytes per token / TP "
+        "The modelled engine's KV payload is prompt_tokens x the model's KV bytes per token / TP "
         "(energy.kv_transfer), times this factor, so local runs move kilobytes, not gigabytes."))
     kv_transfer_timeout_s: float = Field(default=5.0, gt=0, description=(
         "The token replica waits this long (s) for the KV, then recomputes the prompt itself."))
@@ -42,14 +42,14 @@ _KV_ROLES = {Phase.PROMPT: {"kv_producer", "kv_both"}, Phase.TOKEN: {"kv_consume
              Phase.MIXED: {"kv_both"}}
 
 
-def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> None:
+def check_kv_compatible(engines: list[ModelledEngineConfig | VllmEngineConfig]) -> None:
     """Phase pools hand KV to each other: one engine kind and one connector, and with
     our block files (which hold each TP rank's share of a block) one TP and block size."""
     vllm = [e for e in engines if isinstance(e, VllmEngineConfig)]
     if not vllm:
         return
     if len(vllm) != len(engines):
-        raise ValueError("pools: phase pools must all run vLLM or all the sim engine (they hand KV to each other)")
+        raise ValueError("pools: phase pools must all run vLLM or all the modelled engine (they hand KV to each other)")
     # phase_engine saw that each has a kv_transfer
     connectors = {e.kv_transfer.connector for e in vllm if e.kv_transfer is not None}
     if len(connectors) > 1:
@@ -61,9 +61,9 @@ def check_kv_compatible(engines: list[SimEngineConfig | VllmEngineConfig]) -> No
                          f"and block_size; (model, TP, block size) are {sorted(shapes, key=str)}")
 
 
-def phase_engine(engine: SimEngineConfig | VllmEngineConfig, phase: Phase, scheduling: SplitwiseConfig,
-                 where: str) -> SimEngineConfig | VllmEngineConfig:
-    """A phase pool's engine: the sim engine gets its phase's batcher hooks (and a prompt
+def phase_engine(engine: ModelledEngineConfig | VllmEngineConfig, phase: Phase, scheduling: SplitwiseConfig,
+                 where: str) -> ModelledEngineConfig | VllmEngineConfig:
+    """A phase pool's engine: the modelled engine gets its phase's batcher hooks (and a prompt
     pool the prompt token budget, §IV-B); a vLLM engine must be on its side of the KV connector."""
     if isinstance(engine, VllmEngineConfig):
         role = engine.kv_transfer.role if engine.kv_transfer else None

@@ -6,7 +6,7 @@ table docs/one-controller.md shows).
 The plan is composed with `core.plan_ownership.compose`, which refuses an entry written
 by two layers; the clock is never a plan entry here (only its band), so the replicas'
 per-step clock cannot fight the planner. Reconfiguration costs come from
-`core.overheads.OverheadTable`, the table the simulator charges and the Serve sim engine
+`core.overheads.OverheadTable`, the table the simulator charges and the Serve modelled engine
 pays. Policies of one paper alone stay in the registry for ablations and benches.
 Not (yet) layers: Chiron's local batch-size autoscaler (measured, not adopted) and dedicated
 batch replicas (batch work runs behind interactive work on the pools' replicas), Splitwise's
@@ -46,7 +46,7 @@ class WattwiseConfig(EnergyProfileSource):
     cluster_gpus: int = Field(default=96, gt=0, description="GPUs the pools may hold together.")
     tensor_parallel_options: dict[str, list[int]] = Field(default_factory=dict, description=(
         "Pool -> the TPs it may run (a vLLM pool: its tensor_parallel_options, shadow-deployed); "
-        "pools not listed may run every TP the profile has (the sim engine re-shards)."))
+        "pools not listed may run every TP the profile has (the modelled engine re-shards)."))
     planner: ShapePlannerConfig = Field(default_factory=ShapePlannerConfig,
                                         description="DynamoLLM layer: how pool shapes follow load.")
     plan_interval_s: float = Field(default=5.0, gt=0, description=(

@@ -1,6 +1,6 @@
 """Iteration-level continuous batching of one replica, driven by a clock it is given.
 
-This is the one scheduler both runtimes share: the real-time sim engine sleeps for
+This is the one scheduler both runtimes share: the real-time modelled engine sleeps for
 each step's modelled duration, the discrete-event simulator schedules an event at
 its end. Modelled on vLLM v1: a running batch bounded by a batch limit, chunked
 prefill under a per-step token budget, paged KV in fixed blocks, and recompute

@@ -1,7 +1,7 @@
 """The least a Serve app can do for a completion: a FastAPI ingress, one handle call to
 a deployment running the same engine, the text back (streamed or whole).
 
-`wattwise bench ingress` (sim engine) and `wattwise bench vllm-overhead` (vLLM's
+`wattwise bench ingress` (modelled engine) and `wattwise bench vllm-overhead` (vLLM's
 AsyncLLM, no wattwise engine layer) deploy it beside the wattwise app (route /bare), so
 one run separates what Ray Serve itself costs on this machine from what our layers add
 (auth, parsing, classification, length prediction, routing, admission, resume, metrics).
@@ -25,8 +25,8 @@ from ray.serve.handle import DeploymentHandle, DeploymentResponseGenerator
 from core.request import Request
 from core.slo import SLO
 from engines.child_reaper import new_children, watch_children
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 
 api = FastAPI()
 
@@ -34,7 +34,7 @@ api = FastAPI()
 @serve.deployment(max_ongoing_requests=512, ray_actor_options={"num_cpus": 0.1})
 class BareEngine:
     def __init__(self) -> None:
-        self.engine = SimEngine(SimEngineConfig(tensor_parallel=2))
+        self.engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=2))
 
     async def generate(self, body: dict[str, Any]) -> AsyncIterator[tuple[str, int]]:
         prompt_tokens = len(str(body["prompt"]).split())
@@ -104,7 +104,7 @@ class BareIngress:
 
 
 def build(args: dict[str, Any]) -> Application:
-    """Serve's import_path target: the sim engine, or vLLM with `args["vllm"]` (an engine
+    """Serve's import_path target: the modelled engine, or vLLM with `args["vllm"]` (an engine
     config) on `args["num_cpus"]` CPUs; LocalServe's admin keys are unused here."""
     # mypy keeps a class decorator's input type (python/mypy#3135): the classes are Deployments.
     if "vllm" not in args:

@@ -1,5 +1,5 @@
-"""Ingress overhead: the Serve path (HTTP -> ingress -> pool replica -> sim engine) against
-the same sim engine called in-process, streaming and not, at concurrency 1 and 16, with
+"""Ingress overhead: the Serve path (HTTP -> ingress -> pool replica -> modelled engine) against
+the same modelled engine called in-process, streaming and not, at concurrency 1 and 16, with
 a bare Serve app (bench/bare_serve.py: FastAPI ingress -> handle -> the same engine)
 deployed beside it as the baseline for what Ray Serve itself costs.
 
@@ -31,8 +31,8 @@ import openai
 
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 from wattwise.ingress_mode import IngressMode
 from wattwise.local_serve import LocalServe
 
@@ -62,7 +62,7 @@ class Cell:
 Results = dict[Workload, dict[str, Cell]]  # by workload, then path: direct, bare, wattwise, no gateway
 
 
-async def _direct_call(engine: SimEngine, stream: bool) -> float | None:
+async def _direct_call(engine: ModelledEngine, stream: bool) -> float | None:
     request = Request(uuid.uuid4().hex, PROMPT_WORDS, MAX_TOKENS, time.time(), SLO(ttft_s=1, tbt_s=1))
     async for _ in engine.generate(request):
         pass
@@ -117,7 +117,7 @@ async def _measure(call: Callable[[], Awaitable[float | None]], requests: int, c
 async def _run(urls: dict[str, str], requests: int) -> Results:
     """`urls`: each HTTP path's base URL (bare, wattwise, no gateway)."""
     # Match the pool that serves short prompts in serve_config.yaml (TP2, max clock).
-    engine = SimEngine(SimEngineConfig(tensor_parallel=2))
+    engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=2))
     clients = {name: openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="local", max_retries=0, timeout=120)
                for name, url in urls.items()}
     for client in clients.values():
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     modes = [IngressMode.PROXY, *(m for m in args.modes if m is not IngressMode.PROXY)]
     by_mode = {mode: _measure_mode(mode, args.requests) for mode in modes}
     print(f"\nrequest: {PROMPT_WORDS} prompt tokens, {MAX_TOKENS} output tokens, "
-          f"sim engine TP2 (~{MAX_TOKENS} x 37 ms)")
+          f"modelled engine TP2 (~{MAX_TOKENS} x 37 ms)")
     _print_overhead(by_mode)
     _print_fast_path(by_mode)
     return 0

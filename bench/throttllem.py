@@ -145,7 +145,7 @@ def run(w: Workload, variant: Variant, headrooms: Headrooms, timings: Timings | 
 
 def table_iii() -> None:
     samples = default_profile()
-    print(f"performance model M: {len(samples)} profiling samples (sim engine, TP2/4/8, random clocks)")
+    print(f"performance model M: {len(samples)} profiling samples (modelled engine, TP2/4/8, random clocks)")
     print(f"{'split':>6} {'model':>7} {'R2':>6} {'MAPE %':>7} {'MAE it/s':>9}")
     for share in (0.9, 0.1):
         for name, s in split_scores(samples, share).items():

@@ -20,12 +20,12 @@ class Request:
     service_class: str = "interactive"
     length_class: str = "MM"
     predicted_output_tokens: int | None = None
-    # Output length the engine will actually produce (sim engines and traces know it;
+    # Output length the engine will actually produce (modelled engines and traces know it;
     # a real engine stops at EOS). None means: generate up to max_tokens.
     target_output_tokens: int | None = None
     tenant: str = "default"
     metadata: dict[str, str] = field(default_factory=dict)
-    # What a real engine needs to generate (the sim engine only counts tokens).
+    # What a real engine needs to generate (the modelled engine only counts tokens).
     prompt_text: str = ""
     sampling: Sampling = Sampling()
     # Whether the engine adds the tokenizer's special tokens (BOS) to prompt_text: a

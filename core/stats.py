@@ -33,7 +33,7 @@ class ReplicaStats:
     tokens_per_s: float = 0.0
     clock_mhz: float = 0.0
     power_w: float = 0.0
-    # GPU energy since the replica started, as the perf/power model gives it (the sim engine's
+    # GPU energy since the replica started, as the perf/power model gives it (the modelled engine's
     # steps; a vLLM replica's: the model's joules for its steps' work) and as the GPUs' energy
     # counter measures it (NVML), each with the part spent while no request was inside (idle:
     # charged to no request). `energy_modelled` / `energy_measured`: whether the replica has it.

@@ -1,9 +1,9 @@
-"""Token counts for pools without a model of their own (the sim engine), as a client counts.
+"""Token counts for pools without a model of their own (the modelled engine), as a client counts.
 
 Benchmark clients (`vllm bench serve`, the openai client's usage checks) count prompt and
 output tokens with a real tokenizer; counting whitespace words instead made a 256-token
 prompt look like ~36 tokens, so length classes, context checks and usage disagreed with
-the client. One counter serves the ingress and the sim engine so both see the same number.
+the client. One counter serves the ingress and the modelled engine so both see the same number.
 
 The tokenizer is SmolLM2's byte-level BPE (core/data/README.md says where it comes from),
 shipped with the package: no hub, no network. If it cannot be loaded (the `tokenizers`

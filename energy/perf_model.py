@@ -17,7 +17,7 @@ Decode power at max clock is the GPU's constant token_w or, for a profile fitted
 ML.ENERGY's sweeps, a measured curve over load (energy.power_curve); both are read at the TP
 the power was measured at and moved to other TPs by the GPU's measured per-doubling ratio.
 The clock and TP parameters are fitted on measurements (energy.clock_fit). Shared by the
-real-time sim engine, the simulator and every planner.
+real-time modelled engine, the simulator and every planner.
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 from pydantic import BeforeValidator, Discriminator, Tag, TypeAdapter
 
 from energy.hardware import MODELS
+from engines.modelled_engine_config import ModelledEngineConfig
 from engines.protocol import Engine
-from engines.sim_engine_config import SimEngineConfig
 from engines.vllm_config import VllmEngineConfig
 
 
@@ -23,21 +23,21 @@ def engine_kind(value: Any) -> str:
 
 
 def _drop_sim_kind(value: Any) -> Any:
-    """SimEngineConfig forbids unknown keys: accept an explicit `kind: sim` anyway."""
+    """ModelledEngineConfig forbids unknown keys: accept an explicit `kind: sim` anyway."""
     if isinstance(value, dict) and value.get("kind") == "sim":
         return {k: v for k, v in value.items() if k != "kind"}
     return value
 
 
 EngineConfig = Annotated[
-    Annotated[SimEngineConfig, Tag("sim")] | Annotated[VllmEngineConfig, Tag("vllm")],
+    Annotated[ModelledEngineConfig, Tag("sim")] | Annotated[VllmEngineConfig, Tag("vllm")],
     Discriminator(engine_kind),
     BeforeValidator(_drop_sim_kind),
 ]
 _ADAPTER: TypeAdapter = TypeAdapter(EngineConfig)
 
 
-def parse_engine_config(data: dict[str, Any]) -> SimEngineConfig | VllmEngineConfig:
+def parse_engine_config(data: dict[str, Any]) -> ModelledEngineConfig | VllmEngineConfig:
     return _ADAPTER.validate_python(data)
 
 
@@ -49,7 +49,7 @@ def parse_vllm_engine_config(data: dict[str, Any]) -> VllmEngineConfig:
     return config
 
 
-def context_tokens(config: SimEngineConfig | VllmEngineConfig) -> int:
+def context_tokens(config: ModelledEngineConfig | VllmEngineConfig) -> int:
     """The longest prompt + output the pool's model takes."""
     if isinstance(config, VllmEngineConfig):
         return config.max_model_len
@@ -59,12 +59,12 @@ def context_tokens(config: SimEngineConfig | VllmEngineConfig) -> int:
 def make_engine(data: dict[str, Any]) -> Engine:
     """The engine a replica runs. Each engine's module is imported here, by the replica that
     builds one: the config's readers (the app's config in every process) need neither vLLM
-    nor the sim engine's batcher and throttLL'eM model (scikit-learn, ~2 s of CPU a start)."""
+    nor the modelled engine's batcher and throttLL'eM model (scikit-learn, ~2 s of CPU a start)."""
     config = parse_engine_config(data)
     if isinstance(config, VllmEngineConfig):
         from engines.vllm_engine import VllmEngine
 
         return VllmEngine(config)
-    from engines.sim_engine import SimEngine
+    from engines.modelled_engine import ModelledEngine
 
-    return SimEngine(config)
+    return ModelledEngine(config)

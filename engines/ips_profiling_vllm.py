@@ -1,6 +1,6 @@
 """Profile a real (vLLM) replica's iterations/s for throttLL'eM's performance model M.
 
-The sim engine's profiler (autoscaling.throttllem.ips_profiling) asked of vLLM: per run,
+The modelled engine's profiler (autoscaling.throttllem.ips_profiling) asked of vLLM: per run,
 `batch` requests of one prompt and output length start at once (their lengths set how
 much KV the batch holds); once the last prompt is prefilled, the engine's steps, as its
 stat logger reports them (engines.vllm_stats.VllmStep), are cut into `sample_s` windows,

@@ -1,6 +1,6 @@
 """Measure a running engine (e.g. vLLM): latency vs batch size and context.
 
-The same questions the perf model answers for the sim engine (prompt time grows with
+The same questions the perf model answers for the modelled engine (prompt time grows with
 context, token time with batch), asked of a real replica: the data to fit or check a model
 of it (energy.engine_fit)."""
 

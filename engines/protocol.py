@@ -10,7 +10,7 @@ from core.request import Request
 from core.stats import ReplicaStats
 
 # Request metadata: the continuation of a request another replica started (deployments.
-# resume) begins at this output token, so an engine's deterministic text (the sim engine's)
+# resume) begins at this output token, so an engine's deterministic text (the modelled engine's)
 # goes on where it stopped.
 RESUME_OFFSET_KEY = "resume_offset_tokens"
 
@@ -81,7 +81,7 @@ class GenerationChunk:
 
 
 class EngineSettings(Protocol):
-    """What a replica reads of its engine's config (SimEngineConfig, VllmEngineConfig)."""
+    """What a replica reads of its engine's config (ModelledEngineConfig, VllmEngineConfig)."""
 
     @property
     def model(self) -> str: ...

@@ -5,7 +5,7 @@
 SOURCE rows carry `conv_id`, `turn`, `prompt`, `response` and word counts
 (data/prompts/README.md names the source). The response text is dropped to keep the file
 small; its length is kept in tokens as core.token_counter counts them (the count the
-ingress and the sim engine use, so predicted lengths and length classes share one unit)
+ingress and the modelled engine use, so predicted lengths and length classes share one unit)
 and in words, for reference.
 """
 

@@ -23,7 +23,7 @@ SERVED_MODEL_LENGTHS_FILE = DATA / "prompts" / "smollm2_lengths.jsonl"
 @dataclass(frozen=True)
 class PromptPairs:
     """Aligned lists; lengths in tokens as core.token_counter counts them (the ingress's and
-    the sim engine's count, so predictions and length classes share one unit)."""
+    the modelled engine's count, so predictions and length classes share one unit)."""
 
     prompts: list[str]
     prompt_tokens: list[int]

@@ -11,8 +11,8 @@ from app.config import AppConfig
 from deployments.ingress import Ingress
 from deployments.ingress_state import IngressState
 from deployments.replica import LLMReplica, ReplicaIdentity
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 
 
 class _Method:
@@ -43,7 +43,7 @@ def healthy(app_name: str, pools: set[str]) -> dict[str, Any]:
 
 def sim_ingress(config: AppConfig) -> Ingress:
     """The app's ingress over one simulated replica per pool."""
-    replicas = {p.deployment_name: LLMReplica(p.name, SimEngine(SimEngineConfig()),
+    replicas = {p.deployment_name: LLMReplica(p.name, ModelledEngine(ModelledEngineConfig()),
                                               ReplicaIdentity("app", p.deployment_name, "r0"))
                 for p in config.pools}
     pools: dict[str, Any] = {name: Handle(r) for name, r in replicas.items()}

@@ -23,7 +23,7 @@ commands:
   federate   one OpenAI endpoint over several wattwise apps (clouds): federate --config FILE
   simulate   replay a trace through the same policies in the discrete-event simulator
   calibrate  fit every perf/power profile and print its held-out error
-  profile    sweep the sim engine over TP x clock x load and write an energy profile (JSON)
+  profile    sweep the modelled engine over TP x clock x load and write an energy profile (JSON)
   plan       Splitwise provisioning: prompt/token machines and types for a trace, SLOs and a goal
   prepare-model  build a local model for serve_config.cpu.yaml offline: prepare-model smollm2 [--out DIR]
   config-docs  print the configuration reference (docs/configuration.md) from the schema [--out PATH]
@@ -126,7 +126,7 @@ def _profile(argv: list[str]) -> int:
     p.add_argument("--model", default="llama2-70b")
     p.add_argument("--hardware", default="h100-80gb", choices=sorted(GPUS))
     p.add_argument("--source", choices=("engine", "model"), default="engine",
-                   help="engine: measured sweeps of the sim engine; model: the analytic steady state")
+                   help="engine: measured sweeps of the modelled engine; model: the analytic steady state")
     p.add_argument("--classes", default=",".join(CONV_CLASS_SHAPES), help="comma-separated length classes")
     p.add_argument("--duration-s", type=float, default=120.0, help="virtual seconds per measured point")
     p.add_argument("--kind", choices=("energy", "ips"), default="energy",
@@ -221,7 +221,7 @@ def _fit_profile(points: list[LatencyPoint], model_dir: str, hardware: str, out:
 
 
 def _profile_ips(perf: PerfModel, out: str) -> int:
-    """Sweep batch, KV fill and random clocks on the sim engine; fit M and score it (Table III)."""
+    """Sweep batch, KV fill and random clocks on the modelled engine; fit M and score it (Table III)."""
     import numpy as np
 
     from autoscaling.throttllem.ips_profiling import profile_ips
@@ -239,7 +239,7 @@ def _profile_ips(perf: PerfModel, out: str) -> int:
 
 def _profile_ips_vllm(args) -> int:
     """M's samples measured on a vLLM engine (wattwise profile --kind ips --vllm-model): scores
-    held out by run and by row, beside the sim engine's (by row, as `--kind ips` prints them)."""
+    held out by run and by row, beside the modelled engine's (by row, as `--kind ips` prints them)."""
     import json
 
     import numpy as np
@@ -258,7 +258,7 @@ def _profile_ips_vllm(args) -> int:
           f"{samples.kv_blocks.max():.0f}, clock {np.unique(samples.clock_mhz)} MHz, "
           f"{samples.ips.min():.1f}-{samples.ips.max():.1f} it/s")
     # By run: 10 folds of the runs, each held out once (90/10) or trained on alone (10/90), the
-    # held-out predictions pooled; by row: one random row split, as the sim engine's below.
+    # held-out predictions pooled; by row: one random row split, as the modelled engine's below.
     print(f"{'engine':<6} {'held out':<16} {'train':>5} {'model':>6} {'R2':>7} {'MAPE':>7} {'MAE it/s':>9}")
     sim = default_profile(args.model, args.hardware)
     for share in (0.9, 0.1):

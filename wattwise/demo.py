@@ -2,7 +2,7 @@
 
 Real processes end to end: a local Ray cluster started with `serve run`, real HTTP on
 loopback, the real `openai` client. Requests keep the trace's arrival times and token
-counts (prompts are that many placeholder words, one token each; the sim engine
+counts (prompts are that many placeholder words, one token each; the modelled engine
 generates exactly max_tokens). Prints a summary next to the simulator's figures for the
 same window (the composite and SinglePool) and writes a PNG.
 """

@@ -7,7 +7,7 @@ measurement (held for the whole measurement). Once every prompt is prefilled, a 
 logs (TP, batch, KV blocks, clock, iterations/s) every `sample_s`: M models the decode
 iterations admission control projects, so the prefill warm-up is not a sample. On a GPU the
 same loop drives the real engine; here the modelled GPU stands in, so the learned model is
-judged against the sim engine.
+judged against the modelled engine.
 """
 
 from __future__ import annotations

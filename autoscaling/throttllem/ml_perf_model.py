@@ -88,7 +88,7 @@ def group_fold_scores(samples: IpsSamples, groups: np.ndarray, train_share: floa
 
 @lru_cache(maxsize=4)
 def default_profile(model: str = "llama2-70b", hardware: str = "h100-80gb", profile: str | None = None) -> IpsSamples:
-    """The sim engine's profile of every TP, collected once per process; `profile` names
+    """The modelled engine's profile of every TP, collected once per process; `profile` names
     the perf model (energy.profiles) the engine runs, None the default for model and hardware."""
     return profile_ips(default_perf_model(model, hardware, profile))
 

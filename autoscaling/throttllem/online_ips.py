@@ -2,7 +2,7 @@
 the profile.
 
 M (autoscaling.throttllem.ml_perf_model) is fitted on the profiled engine: the modelled GPU's
-steps, which the simulator and the sim engine run, so there M is the engine's own. A vLLM
+steps, which the simulator and the modelled engine run, so there M is the engine's own. A vLLM
 replica's engine is another one (another serving stack, GPU or a CPU), and admission and the
 clock search project its requests with M. So each vLLM replica starts from M's table for its
 shape (the warm start: the profile's times, unchanged until steps come) and corrects it from

@@ -1,7 +1,7 @@
 """Build one replica's admission and clock policies around a shared projector.
 
 The same factory serves the simulator (one call per simulated replica), the real-time
-sim engine in Ray Serve and vLLM replicas (with M corrected from their engine's steps:
+modelled engine in Ray Serve and vLLM replicas (with M corrected from their engine's steps:
 autoscaling.throttllem.online_ips). M is trained once per machine and tabulated once per
 (TP, batch limit, KV capacity), and the tables are kept on disk: a replica whose tables are
 there reads them without fitting or importing M (scikit-learn, ~2 s of CPU).

@@ -3,7 +3,7 @@
 These tests run the app in local Ray, inject faults under load from real openai clients
 (kill a replica mid-stream, kill the Serve controller, disconnect clients, overload a
 pool) and account for every request: completed (with exactly the expected text), errored
-retryable / final, or lost. The sim engine's text is a deterministic function of the
+retryable / final, or lost. The modelled engine's text is a deterministic function of the
 request id (the response id), so a resumed stream can be checked token for token. Run
 with `-s` to see the table. The continuation/retry logic, the queue bounds and the
 adapter's fail-static are checked without a cluster in tests/unit/deployments/test_faults.py.
@@ -24,7 +24,7 @@ import openai
 import pytest
 import ray
 
-from engines.sim_engine import placeholder_text
+from engines.modelled_engine import placeholder_text
 from tests.factories import INTERACTIVE_KEY, quick_config
 from tests.live_app import metric_sum
 from wattwise.local_serve import LocalServe

@@ -8,7 +8,7 @@ and terminates a worker idle for `idle_timeout_minutes`. The node types are clus
 its head (`CPU: 0`) and its GPU worker type with its GPU count and min_workers, scaled down
 for a 2-core machine (CPUs, max_workers, the idle timeout; see `fake_node_types`).
 
-The app is serve_config.yaml's (`deployments.builder:build_app`, sim engine, the utilisation
+The app is serve_config.yaml's (`deployments.builder:build_app`, modelled engine, the utilisation
 policy of tests.factories.quick_config behind the project's Serve adapter) with one pool: the
 `long` pool of serve_config.gpu.yaml, whose replicas ask Serve for what a TP8 vLLM replica
 asks (engines.vllm_placement.replica_resources: a CPU bundle and eight GPU bundles,
@@ -182,7 +182,7 @@ def gpu_pool_resources() -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def serve_config(http_port: int) -> dict[str, Any]:
-    """serve_config.yaml as the Ray tests run it, with one pool: the sim engine serving every
+    """serve_config.yaml as the Ray tests run it, with one pool: the modelled engine serving every
     length class, on the GPU pool's resources and bounds."""
     config = yaml.safe_load(SERVE_CONFIG.read_text())
     config["proxy_location"] = "HeadOnly"

@@ -48,7 +48,7 @@ def test_tp_change_rolls_over_to_the_shadow_without_failing_a_request(shadow: Lo
 
     with Load(shadow.base_url, MODEL) as load:
         rollout = pin_and_watch(shadow, load, "all", "pool-all", "pool-all-tp4", 4, timeout_s=90)
-    print(f"\nshadow TP2->TP4 (sim engine): {rollout.summary(load)}")
+    print(f"\nshadow TP2->TP4 (modelled engine): {rollout.summary(load)}")
     assert load.failed == []
     assert sum(1 for t in load.done if t > rollout.retired_s) >= 3, "no request completed after the old one left"
     # The old deployment kept serving at its count while the shadow came up.

@@ -1,6 +1,6 @@
 """Mico §3.4: a query inserted into a running batch, seen the same by engine and dispatch.
 
-The ContinuousBatcher (sim engine and simulator) admits a new request at the next
+The ContinuousBatcher (modelled engine and simulator) admits a new request at the next
 iteration; the dispatcher's M_k (TokenLedger, fed each step's output) must fall with
 the batcher's own pending tokens, iteration by iteration, insertion included.
 """

@@ -38,8 +38,8 @@ from core.stats import ReplicaStats
 from core.view import ClusterView, DeploymentView
 from energy.calibration import default_perf_model
 from energy.profile_builder import build_profile
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 from sim.config import SimConfig
 from sim.scenario import build
 from sim.simulator import Simulator
@@ -124,8 +124,8 @@ def test_a_plan_entry_written_by_two_layers_is_an_error() -> None:
         compose({"dynamollm": planner, "chiron": ClusterPlan(replicas={"pool-short": 3})})
 
 
-def test_sim_engine_chains_throttllem_and_splitwise_hooks_instead_of_replacing_one() -> None:
-    engine = SimEngine(SimEngineConfig(tensor_parallel=8, throttllem=ThrottllemConfig(length_error=0.0),
+def test_modelled_engine_chains_throttllem_and_splitwise_hooks_instead_of_replacing_one() -> None:
+    engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8, throttllem=ThrottllemConfig(length_error=0.0),
                                        splitwise=MachineConfig(phase="token")))  # token homes admit on KV headroom
     assert isinstance(engine.batcher.admission, AdmissionChain)
     assert len(engine.batcher.admission.members) == 2
@@ -445,7 +445,7 @@ def test_a_replica_reports_the_floor_of_its_clock_search_and_the_planner_prices_
     ThrottllemConfig.energy_floor); the replica reports it, and a pool of such replicas is
     priced at it where its load needs less."""
     def reported(energy_floor: bool) -> float:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=2, throttllem=ThrottllemConfig(
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=2, throttllem=ThrottllemConfig(
             length_error=0.0, energy_floor=energy_floor)))
         return engine.batcher.stats(0.0).step_clock_floor_mhz
 
@@ -701,16 +701,16 @@ def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
     table = OverheadTable()
     policy = make_policy("wattwise", pools=POOLS)
     assert policy.planner.reconfigure_cost_s == table.reshard_s
-    assert SimConfig().overheads == table == SimEngineConfig().overheads
+    assert SimConfig().overheads == table == ModelledEngineConfig().overheads
 
 
-def test_serve_sim_engine_pays_a_tp_change_like_the_simulator() -> None:
+def test_serve_modelled_engine_pays_a_tp_change_like_the_simulator() -> None:
     """The new-TP engine starts beside the old one for the table's re-shard time (the
     old one serves meanwhile), its idle GPUs are charged, then it takes over."""
     startup_s = 5.0
 
     async def change() -> tuple[int, int, int, float]:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8, overheads=OverheadTable(reshard_s=startup_s)))
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8, overheads=OverheadTable(reshard_s=startup_s)))
         engine.set_tensor_parallel(2)
         before = engine.stats()
         async for _ in engine.generate(_request("r", out=2, arrival_s=time.time())):

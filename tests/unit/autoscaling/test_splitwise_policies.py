@@ -186,7 +186,7 @@ def test_vllm_phase_pools_must_be_able_to_hand_each_other_kv():
         AppConfig.model_validate({"pools": pools({"kv_transfer": no_path}, {"kv_transfer": {"role": "kv_consumer"}})})
     sim_token = [pools({"kv_transfer": {"role": "kv_producer"}}, {})[0],
                  {"name": "t", "phase": "token", "classes": ["SS"], "engine": {"model": "llama2-70b"}}]
-    with pytest.raises(ValidationError, match="all run vLLM or all the sim engine"):
+    with pytest.raises(ValidationError, match="all run vLLM or all the modelled engine"):
         AppConfig.model_validate({"pools": sim_token})
 
 
@@ -203,7 +203,7 @@ def test_the_assigned_replica_is_ranked_first_and_a_gone_one_falls_back():
 
 
 def _split_run(prompt_tokens: int, out_tokens: int, lost: bool) -> tuple[str, str, int, float]:
-    """Prompt on one sim engine, tokens on another (KV local or lost): text, how, tokens, and
+    """Prompt on one modelled engine, tokens on another (KV local or lost): text, how, tokens, and
     the request's energy (modelled per step: deterministic, unlike wall time on a busy machine)."""
     import asyncio
     import time
@@ -212,10 +212,10 @@ def _split_run(prompt_tokens: int, out_tokens: int, lost: bool) -> tuple[str, st
     from core.request import Request
     from core.slo import SLO
     from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
-    from engines.sim_engine import SimEngine
+    from engines.modelled_engine import ModelledEngine
 
     async def run() -> tuple[str, str, int, float]:
-        prompt_engine, token_engine = SimEngine(), SimEngine()
+        prompt_engine, token_engine = ModelledEngine(), ModelledEngine()
         request = Request("r1", prompt_tokens, out_tokens, time.time(), SLO(ttft_s=10, tbt_s=1))
         settings = SplitwiseServeConfig(transfer_failure_prob=1.0 if lost else 0.0)
         first, kv = await run_prompt(prompt_engine, request, settings, "p", same_replica=not lost)
@@ -232,16 +232,16 @@ def _split_run(prompt_tokens: int, out_tokens: int, lost: bool) -> tuple[str, st
     return asyncio.run(run())
 
 
-def test_kv_handoff_on_the_sim_engine_continues_the_sequence_or_recomputes():
+def test_kv_handoff_on_the_modelled_engine_continues_the_sequence_or_recomputes():
     import asyncio
     import time
 
     from core.request import Request
     from core.slo import SLO
-    from engines.sim_engine import SimEngine
+    from engines.modelled_engine import ModelledEngine
 
     async def whole() -> str:
-        engine = SimEngine()
+        engine = ModelledEngine()
         request = Request("r1", 300, 12, time.time(), SLO(ttft_s=10, tbt_s=1))
         text = "".join([c.text async for c in engine.generate(request)])
         await engine.shutdown()

@@ -7,8 +7,8 @@ import numpy as np
 from autoscaling.throttllem.config import ThrottllemConfig
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 from sim.config import SimConfig
 from sim.run import simulate
 from sim.workload import synthetic
@@ -31,8 +31,8 @@ def test_simulated_throttllem_saves_energy_vs_max_clock_and_meets_deadlines():
 
 
 def test_realtime_engine_runs_the_policies_and_lowers_the_clock():
-    async def main() -> SimEngine:
-        engine = SimEngine(SimEngineConfig(throttllem=ThrottllemConfig()))
+    async def main() -> ModelledEngine:
+        engine = ModelledEngine(ModelledEngineConfig(throttllem=ThrottllemConfig()))
         loop = asyncio.get_running_loop()
 
         async def one(i: int) -> int:

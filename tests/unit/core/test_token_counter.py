@@ -23,7 +23,7 @@ from core.token_counter import (
     default_token_counter,
     load_token_counter,
 )
-from engines.sim_engine import _WORDS, SimEngine, placeholder_text
+from engines.modelled_engine import _WORDS, ModelledEngine, placeholder_text
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,7 @@ def test_a_benchmark_prompt_counts_as_the_client_counts(counter: BpeTokenCounter
 
 
 def test_placeholder_output_counts_as_the_engine_reports(counter: BpeTokenCounter) -> None:
-    """The sim engine reports n completion tokens for n placeholder words: a client that
+    """The modelled engine reports n completion tokens for n placeholder words: a client that
     tokenizes the text must count n too."""
     assert all(counter.count(" " + w) == 1 for w in _WORDS)
     for rid in ("cmpl-1", "chatcmpl-zz", "r"):
@@ -63,9 +63,9 @@ def test_nul_and_other_control_characters_are_counted(counter: BpeTokenCounter) 
     assert counter.count("a\x00b") == 3
 
 
-def test_ingress_and_sim_engine_count_alike() -> None:
+def test_ingress_and_modelled_engine_count_alike() -> None:
     prompt = "Summarise: the GPU's clock (1980 MHz) sets tokens/s and J/token."
-    assert len(SimPrompts().encode(prompt)) == SimEngine().count_tokens(prompt) == count_tokens(prompt)
+    assert len(SimPrompts().encode(prompt)) == ModelledEngine().count_tokens(prompt) == count_tokens(prompt)
     assert count_tokens(prompt) > len(prompt.split())
 
 

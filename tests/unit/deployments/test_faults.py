@@ -26,9 +26,9 @@ from deployments.resume import (
 )
 from deployments.serve_adapter import AppAutoscalingPolicy
 from energy.calibration import default_perf_model
+from engines.modelled_engine import ModelledEngine, placeholder_text
+from engines.modelled_engine_config import ModelledEngineConfig
 from engines.protocol import RESUME_OFFSET_KEY
-from engines.sim_engine import SimEngine, placeholder_text
-from engines.sim_engine_config import SimEngineConfig
 from tests.factories import autoscaling_context, by_deployment
 
 
@@ -52,7 +52,8 @@ def test_continuation_asks_only_for_the_rest() -> None:
     assert continuation(req, progress, 4.0) is None  # the target was reached: only the ending was lost
 
 
-def _replica_stream(engine: SimEngine, request: Request, fail_after_chunks: int | None) -> AsyncIterator[ReplicaChunk]:
+def _replica_stream(engine: ModelledEngine, request: Request,
+                    fail_after_chunks: int | None) -> AsyncIterator[ReplicaChunk]:
     """What LLMReplica.generate yields, dying like a killed actor after some chunks."""
     async def gen() -> AsyncIterator[ReplicaChunk]:
         chunks = 0
@@ -66,8 +67,8 @@ def _replica_stream(engine: SimEngine, request: Request, fail_after_chunks: int 
 
 def test_a_stream_resumed_on_another_replica_equals_the_uninterrupted_one() -> None:
     async def main() -> tuple[str, ReplicaChunk, ResumableStream, list[tuple[str, int]]]:
-        engines = {"pool-a": SimEngine(SimEngineConfig(tensor_parallel=8)),
-                   "pool-b": SimEngine(SimEngineConfig(tensor_parallel=8))}
+        engines = {"pool-a": ModelledEngine(ModelledEngineConfig(tensor_parallel=8)),
+                   "pool-b": ModelledEngine(ModelledEngineConfig(tensor_parallel=8))}
         starts: list[tuple[str, int]] = []
 
         def start(request: Request, pool: str) -> AsyncIterator[ReplicaChunk]:

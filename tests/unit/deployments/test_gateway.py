@@ -22,8 +22,8 @@ from deployments.gateway import Gateway, ModelRoutes, OtherApp
 from deployments.ingress import Ingress
 from deployments.ingress_state import IngressState
 from deployments.replica import LLMReplica, ReplicaIdentity
-from engines.sim_engine import SimEngine, placeholder_text
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine, placeholder_text
+from engines.modelled_engine_config import ModelledEngineConfig
 from tests.in_process_app import Handle as _Handle
 from tests.in_process_app import healthy as _healthy
 from tests.in_process_app import sim_ingress
@@ -70,7 +70,7 @@ class _Replicas:
 def replicas() -> _Replicas:
     """Built per test: the simulated engines run on the event loop of the test's client."""
     config = _config()
-    engines = {p.deployment_name: LLMReplica(p.name, SimEngine(SimEngineConfig()),
+    engines = {p.deployment_name: LLMReplica(p.name, ModelledEngine(ModelledEngineConfig()),
                                              ReplicaIdentity("app", p.deployment_name, "r0")) for p in config.pools}
     pools: dict[str, Any] = {name: _Handle(r) for name, r in engines.items()}
     return _Replicas([Ingress(config, pools, "app", state=IngressState(config, pools, "app", pool_status=_healthy))

@@ -82,10 +82,10 @@ def test_a_replica_with_no_report_yet_has_room() -> None:
 def test_a_sim_replica_reports_its_occupancy_as_flat_floats_and_its_prefix_blocks() -> None:
     """What Serve carries from LLMReplica.record_routing_stats to the routers."""
     from deployments.replica import LLMReplica, ReplicaIdentity
-    from engines.sim_engine import SimEngine
-    from engines.sim_engine_config import SimEngineConfig
+    from engines.modelled_engine import ModelledEngine
+    from engines.modelled_engine_config import ModelledEngineConfig
 
-    engine = SimEngine(SimEngineConfig(prefix_block_tokens=512))
+    engine = ModelledEngine(ModelledEngineConfig(prefix_block_tokens=512))
     replica = LLMReplica("short", engine, ReplicaIdentity("app", "pool-short", "r0"))
     engine.batcher.prefix_cache.use((4, 5))  # type: ignore[union-attr]
     stats = replica.record_routing_stats()

@@ -18,7 +18,7 @@ from app.config import AppConfig
 from core.paths import SERVE_CONFIG
 from core.token_counter import default_token_counter
 from deployments.ingress import Ingress
-from engines.sim_engine import placeholder_text
+from engines.modelled_engine import placeholder_text
 from tests.in_process_app import sim_ingress
 
 MODEL = "llama2-70b-sim"

@@ -1,4 +1,4 @@
-"""throttLL'eM's performance model M: profiled on the sim engine, beats a linear model."""
+"""throttLL'eM's performance model M: profiled on the modelled engine, beats a linear model."""
 
 from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
 

@@ -1,12 +1,12 @@
-"""The real-time sim engine: streams, timing against the model, abort on close."""
+"""The real-time modelled engine: streams, timing against the model, abort on close."""
 
 import asyncio
 import time
 
 from core.request import Request
 from core.slo import SLO
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 
 
 def _req(rid: str, prompt: int, out: int) -> Request:
@@ -15,7 +15,7 @@ def _req(rid: str, prompt: int, out: int) -> Request:
 
 def test_streams_exact_tokens_in_modelled_time() -> None:
     async def main() -> tuple[int, float, object]:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8))
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8))
         start = time.monotonic()
         tokens = 0
         usage = None
@@ -35,7 +35,7 @@ def test_streams_exact_tokens_in_modelled_time() -> None:
 
 def test_closing_the_stream_aborts_the_request() -> None:
     async def main() -> tuple[int, int]:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8))
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8))
         gen = engine.generate(_req("b", 100, 10_000))
         await gen.__anext__()
         running = engine.stats().running_requests
@@ -49,14 +49,14 @@ def test_closing_the_stream_aborts_the_request() -> None:
 
 
 def test_concurrent_requests_share_batches() -> None:
-    async def one(engine: SimEngine, i: int) -> int:
+    async def one(engine: ModelledEngine, i: int) -> int:
         n = 0
         async for chunk in engine.generate(_req(f"c{i}", 50, 30)):
             n += chunk.num_tokens
         return n
 
     async def main() -> tuple[list[int], float]:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8))
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8))
         start = time.monotonic()
         counts = await asyncio.gather(*(one(engine, i) for i in range(16)))
         await engine.shutdown()
@@ -68,12 +68,12 @@ def test_concurrent_requests_share_batches() -> None:
 
 
 def test_profiling_skips_batches_whose_prompts_exceed_one_step() -> None:
-    """engines.latency_profiling on the sim engine: a (batch, context) pair over the step
+    """engines.latency_profiling on the modelled engine: a (batch, context) pair over the step
     budget is not measured (its TTFT and ITL would span chunked, mixed steps)."""
     from engines.latency_profiling import measure_latency
 
     async def main() -> list[tuple[int, int]]:
-        engine = SimEngine(SimEngineConfig(tensor_parallel=8))
+        engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8))
         points = await measure_latency(engine, (1, 2), (16, 64), output_tokens=2, step_tokens=64)
         await engine.shutdown()
         return [(p.batch, p.context_tokens) for p in points]

@@ -29,7 +29,7 @@ def test_the_cached_error_is_the_measured_one(tmp_path: Path, monkeypatch) -> No
 
 
 def test_a_pool_replica_starts_without_scikit_learn_once_the_cache_is_warm(tmp_path: Path) -> None:
-    """What every non-ingress replica imports, and a pool's sim engine with throttLL'eM (the
+    """What every non-ingress replica imports, and a pool's modelled engine with throttLL'eM (the
     predictor's error, M's tables), built a second time on the machine."""
     build = ("import sys; import app.config, deployments.gateway, deployments.rate_ledger, deployments.replica; "
              "from engines.factory import make_engine; make_engine({'tensor_parallel': 2, 'throttllem': {}}); ")

@@ -10,8 +10,8 @@ from app.config import AppConfig, PoolConfig
 from autoscaling.throttllem.config import ThrottllemConfig
 from energy.calibration import default_perf_model
 from energy.profiles import PROFILE_NAMES
-from engines.sim_engine import SimEngine
-from engines.sim_engine_config import SimEngineConfig
+from engines.modelled_engine import ModelledEngine
+from engines.modelled_engine_config import ModelledEngineConfig
 from sim.cli import main
 from sim.config import SimConfig
 from sim.run import simulate
@@ -78,21 +78,22 @@ def test_fixed_tp_policy_on_a_profile_without_its_tp_fails_clearly() -> None:
         build("singlepool", w, B200)
 
 
-def test_sim_engine_runs_the_named_profile() -> None:
-    engine = SimEngine(SimEngineConfig(profile=SPLITWISE_70B, tensor_parallel=4))
+def test_modelled_engine_runs_the_named_profile() -> None:
+    engine = ModelledEngine(ModelledEngineConfig(profile=SPLITWISE_70B, tensor_parallel=4))
     assert engine.batcher.perf is default_perf_model("llama2-70b", "h100-80gb", SPLITWISE_70B)
-    assert SimEngine(SimEngineConfig()).batcher.perf is default_perf_model("llama2-70b", "h100-80gb", MLENERGY_70B)
+    default = ModelledEngine(ModelledEngineConfig())
+    assert default.batcher.perf is default_perf_model("llama2-70b", "h100-80gb", MLENERGY_70B)
 
 
 def test_serve_config_checks_the_engines_profile() -> None:
     """Unknown names fail at config load, not in a replica; throttLL'eM's M must be trained
     on the perf model its replica runs."""
-    def app(engine: SimEngineConfig) -> AppConfig:
+    def app(engine: ModelledEngineConfig) -> AppConfig:
         return AppConfig(pools=[PoolConfig(name="all", classes=[c for s in "SML" for c in (s + "S", s + "M", s + "L")],
                                            engine=engine)])
 
-    assert app(SimEngineConfig(profile=MLENERGY_70B, tensor_parallel=4)).pools[0].engine.profile == MLENERGY_70B
+    assert app(ModelledEngineConfig(profile=MLENERGY_70B, tensor_parallel=4)).pools[0].engine.profile == MLENERGY_70B
     with pytest.raises(ValueError, match=r"unknown perf profile 'nope'.*splitwise-llama2-70b-h100"):
-        app(SimEngineConfig(profile="nope"))
+        app(ModelledEngineConfig(profile="nope"))
     with pytest.raises(ValueError, match=r"throttllem\.profile"):
-        app(SimEngineConfig(profile=MLENERGY_70B, tensor_parallel=4, throttllem=ThrottllemConfig()))
+        app(ModelledEngineConfig(profile=MLENERGY_70B, tensor_parallel=4, throttllem=ThrottllemConfig()))

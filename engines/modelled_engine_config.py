@@ -1,4 +1,4 @@
-"""The `engine:` block of a pool whose replicas are simulated GPUs (engines.sim_engine), apart
+"""The `engine:` block of a pool whose replicas are simulated GPUs (engines.modelled_engine), apart
 from the engine itself: the app's config, the gateway and the ingress read it without
 importing the batcher and the throttLL'eM model behind the engine (scikit-learn among them)."""
 
@@ -13,7 +13,7 @@ from autoscaling.throttllem.config import ThrottllemConfig
 from core.overheads import OverheadTable
 
 
-class SimEngineConfig(BaseModel):
+class ModelledEngineConfig(BaseModel):
     """A modelled replica: which GPU and model it imitates, at which TP and clock."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,4 +1,5 @@
-"""A simulated GPU replica that serves in real time.
+"""The modelled engine: a GPU replica the perf model stands in for, serving in real time
+(the Serve-side twin of the discrete-event simulator's replicas in `sim/`).
 
 It runs the shared ContinuousBatcher against the wall clock: each step sleeps for the
 modelled iteration time, then hands placeholder tokens to the waiting streams. Output
@@ -29,8 +30,8 @@ from core.sampling import unmodelled
 from core.stats import ReplicaStats
 from core.token_counter import default_token_counter
 from energy.calibration import default_perf_model
+from engines.modelled_engine_config import ModelledEngineConfig
 from engines.protocol import RESUME_OFFSET_KEY, GenerationChunk, RequestSquashed, RequestUsage
-from engines.sim_engine_config import SimEngineConfig
 
 _SQUASHED = object()  # queue marker: the request was squashed before it started
 # Placeholder output: each word, with its leading space, is one token of core.token_counter's
@@ -80,10 +81,10 @@ def placeholder_ending(request: Request) -> Ending:
     return Ending(n, text)
 
 
-class SimEngine:
+class ModelledEngine:
     """Engine protocol over the modelled GPU, driven by asyncio sleeps."""
 
-    def __init__(self, config: SimEngineConfig = SimEngineConfig(), clock: Callable[[], float] = time.time):
+    def __init__(self, config: ModelledEngineConfig = ModelledEngineConfig(), clock: Callable[[], float] = time.time):
         self.config = config
         self._clock = clock
         self.gpu_ids: list[int] = []  # modelled GPUs only
