@@ -221,7 +221,7 @@ def test_measured_sweep_agrees_with_the_model_profile(cls: str, tp: int, clock: 
 
 
 def test_split_pools_only_when_the_looser_slo_saves_energy() -> None:
-    from autoscaling.dynamollm.slo_split import should_split
+    from bench.dynamollm_slo_split import should_split
 
     profile = build_profile(default_perf_model())
     strict = LengthClassConfig().slo("MM")

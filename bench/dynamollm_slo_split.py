@@ -4,6 +4,8 @@ pool per service? Separate pools only when they use less energy.
 Services sharing a model and a length class can differ in SLO (5x, 10x, 20x of the
 unloaded latency). A looser service alone may run at lower clocks or smaller TP, but
 separating fragments GPUs; the pool manager's MILP prices both ways on the profile.
+A reproduction of the paper's section, not a product layer: no policy serves diverse SLOs
+per length class yet, so it lives beside the benches.
 """
 
 from __future__ import annotations
