@@ -85,9 +85,6 @@ class WattwisePolicy:
         self.lengths = LengthClassConfig()
         profile = config.energy_profile(config.planner.kv_headroom) if profile is None else profile
         self.profile = profile
-        if not profile.points:
-            raise ValueError(f"the energy profile ({config.profile_name()}) has no shape that meets the SLOs: "
-                             f"nothing to plan on for {config.model} on {config.hardware}")
         for pool, options in config.tensor_parallel_options.items():
             # A pool limited to TPs the profile lacks would be planned at one it cannot model.
             if not set(options) & set(profile.tensor_parallel_degrees):

@@ -24,11 +24,15 @@ class EnergyProfileSource(BaseModel):
 
     def energy_profile(self, max_kv_utilisation: float = 1.0) -> EnergyProfile:
         """The saved profile if one is named, else one built from the perf model, a load filling
-        more than `max_kv_utilisation` of an instance's KV counted infeasible."""
-        if self.profile_path:
-            return EnergyProfile.load(self.profile_path)
-        return build_profile(default_perf_model(self.model, self.hardware, self.profile),
-                             max_kv_utilisation=max_kv_utilisation)
+        more than `max_kv_utilisation` of an instance's KV counted infeasible; an empty one is
+        refused."""
+        profile = (EnergyProfile.load(self.profile_path) if self.profile_path else
+                   build_profile(default_perf_model(self.model, self.hardware, self.profile),
+                                 max_kv_utilisation=max_kv_utilisation))
+        if not profile.points:  # every planner on it would fail further in, and less clearly
+            raise ValueError(f"the energy profile ({self.profile_name()}) has no shape that meets the SLOs: "
+                             f"nothing to plan on for {self.model} on {self.hardware}")
+        return profile
 
     def profile_name(self) -> str:
         """The profile in words, for errors."""
