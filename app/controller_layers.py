@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.config import AppConfig
+from autoscaling.dynamollm.shape_planner import ShapePlannerConfig
 from engines.modelled_engine_config import ModelledEngineConfig
 
 CONTROLLER = "wattwise"
@@ -32,16 +33,28 @@ def missing_layers(config: AppConfig) -> list[str]:
     return missing
 
 
+def other_kv_budgets(config: AppConfig, planner_kv_budget: float) -> list[str]:
+    """`pools[i].engine.throttllem.kv_budget` for each pool whose throttLL'eM reads another KV
+    budget than the planner sizes the pool to (core.kv_budget: one value for every layer)."""
+    return [f"pools[{i}].engine.throttllem.kv_budget (pool {pool.name!r}) is {t.kv_budget}, the planner's "
+            f"(policy_kwargs.planner.kv_budget) {planner_kv_budget}: set both to one value"
+            for i, pool in enumerate(config.pools)
+            if (t := pool.engine.throttllem) is not None and t.kv_budget != planner_kv_budget]
+
+
 def check_serve_file(serve_config: dict[str, Any]) -> None:
     """Raises ValueError naming each application run by the one controller whose pools lack a
-    layer it needs (a Serve config file's content, as `serve run` reads it)."""
+    layer it needs or read another KV budget than its planner (a Serve config file's content,
+    as `serve run` reads it)."""
     problems = []
     for app in serve_config.get("applications") or []:
         kwargs = (app.get("autoscaling_policy") or {}).get("policy_kwargs") or {}
         if kwargs.get("policy") != CONTROLLER:
             continue
+        config = AppConfig.model_validate(app.get("args") or {})
+        planner = ShapePlannerConfig.model_validate(kwargs.get("planner") or {})
         problems += [f"application {app.get('name')!r}: {m}"
-                     for m in missing_layers(AppConfig.model_validate(app.get("args") or {}))]
+                     for m in missing_layers(config) + other_kv_budgets(config, planner.kv_budget)]
     if problems:
-        raise ValueError(f"policy: {CONTROLLER} needs its per-replica layers in every pool:\n  "
+        raise ValueError(f"policy: {CONTROLLER} needs its per-replica layers in every pool, on one KV budget:\n  "
                          + "\n  ".join(problems))

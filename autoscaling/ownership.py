@@ -9,6 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# The policy's entries of `compose`, in the order it stacks them: each writes its own plan entries.
+SLO_GUARD = "slo guard"
+DYNAMOLLM_SHAPES = "dynamollm shapes"
+DYNAMOLLM_FOLDING = "dynamollm folding"
+CHIRON = "chiron"
+PLAN_LAYERS = (SLO_GUARD, DYNAMOLLM_SHAPES, DYNAMOLLM_FOLDING, CHIRON)
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -16,6 +23,7 @@ class Decision:
     owner: str
     runs_in: str
     detail: str  # how the owner decides, for a reader of the code (not rendered in the docs)
+    plan_layer: str = ""  # the policy's compose entry that writes it, where it is a plan entry
 
 
 DECISIONS: tuple[Decision, ...] = (
@@ -25,14 +33,16 @@ DECISIONS: tuple[Decision, ...] = (
         "PoolShapePlanner over the energy profile: every TP x clock x instance count, the least power, plus "
         "`held_gpu_w` (200 W) per GPU held in a steady pool, meeting the SLOs. The band's floor is the planned "
         "clock, or the least-power carrying clock for a steady pool without a batch backlog whose replicas "
-        "pick each step's clock. TP changes on pool epochs, when the saving pays the restart."),
+        "pick each step's clock. TP changes on pool epochs, when the saving pays the restart.",
+        plan_layer=DYNAMOLLM_SHAPES),
     Decision(
         "which pools serve (routing weights): at low load a pool folds into one serving longer inputs",
         "DynamoLLM's pool folding", "this policy, on pool epochs",
         "PoolFolding: the cheapest partition (the same power plus GPUs' worth) of the pools into neighbours; a "
         "short prompt's TTFT budget pays for one prefill of the longer classes it shares replicas with, or half "
         "a step where the replicas prefill by TTFT deadline; not while a pool warms up; a bursty pool does not "
-        "newly fold; a class moves only once its new pool serves its planned shape (RouteHandover)."),
+        "newly fold; a class moves only once its new pool serves its planned shape (RouteHandover).",
+        plan_layer=DYNAMOLLM_FOLDING),
     Decision(
         "which pool serves an interactive request while its own is backed up",
         "overflow between pools (Splitwise's join-the-shortest-queue, per pool)",
@@ -51,7 +61,8 @@ DECISIONS: tuple[Decision, ...] = (
     Decision(
         "how many batch requests are out at once", "Chiron (`batch_in_flight`)",
         "this policy; the Batch API queue follows it",
-        "Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight."),
+        "Algorithm 2's rate times the time one spends on a replica; never below the Batch API's max_in_flight.",
+        plan_layer=CHIRON),
     Decision(
         "interactive before batch; batch preempted for interactive", "Chiron's mixed replicas",
         "each replica's batcher (`interactive_first`)",
@@ -86,7 +97,8 @@ DECISIONS: tuple[Decision, ...] = (
         "which classes it stops saving for", "the SLO guard", "this policy, every plan",
         "autoscaling.slo_guard: a class whose attainment over the replicas' trailing window fell below target, "
         "until it held the target for `recover_hold_s`; its pools get the top clock, `load_margin` more "
-        "planned load at the TP they run, and no folding."),
+        "planned load at the TP they run, and no folding.",
+        plan_layer=SLO_GUARD),
 )
 
 

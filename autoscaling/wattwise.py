@@ -30,6 +30,8 @@ from autoscaling.dynamollm.shape_planner import (
     ReplicaTraits,
     ShapePlannerConfig,
 )
+from autoscaling.dynamollm.shape_planning import ShapePlanning
+from autoscaling.ownership import CHIRON, DYNAMOLLM_FOLDING, DYNAMOLLM_SHAPES, SLO_GUARD
 from autoscaling.slo_guard import SloGuard, SloGuardConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
@@ -83,7 +85,7 @@ class WattwisePolicy:
     def __init__(self, config: WattwiseConfig, profile: EnergyProfile | None = None) -> None:
         self.config = config
         self.lengths = LengthClassConfig()
-        profile = config.energy_profile(config.planner.kv_headroom) if profile is None else profile
+        profile = config.energy_profile(config.planner.kv_budget) if profile is None else profile
         self.profile = profile
         for pool, options in config.tensor_parallel_options.items():
             # A pool limited to TPs the profile lacks would be planned at one it cannot model.
@@ -92,9 +94,9 @@ class WattwisePolicy:
                     f"pool {pool} may run TP{options}, but the energy profile "
                     f"({config.profile_name()}) has "
                     f"TP{list(profile.tensor_parallel_degrees)} only")
-        self.planner = PoolShapePlanner(profile, config.planner, self.lengths,
-                                        reconfigure_cost_s=config.overheads.reshard_s,
-                                        pool_epoch_s=config.pool_epoch_s)
+        self.planner: ShapePlanning = PoolShapePlanner(profile, config.planner, self.lengths,
+                                                       reconfigure_cost_s=config.overheads.reshard_s,
+                                                       pool_epoch_s=config.pool_epoch_s)
         self.min_clock_mhz = min(profile.clocks_mhz)
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()
@@ -187,11 +189,9 @@ class WattwisePolicy:
         total = sum(mix.values())
         return {cls: demand.requests_per_s * r / total for cls, r in mix.items()} if total > 0 else {}
 
-    def _dynamollm_layer(self, view: ClusterView, now_s: float, demand: BatchDemand | None,
-                         guarded_classes: Collection[str]) -> ClusterPlan:
-        """Shapes, bands and routes; the pools of `guarded_classes` (the SLO guard's) are
-        planned with its margin at the TP they run, run at the top clock and serve alone."""
-        guarded = frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
+    def _planned_rates(self, view: ClusterView, now_s: float, demand: BatchDemand | None) -> dict[str, dict[str, float]]:
+        """DynamoLLM's load per pool that reported: each pool's own classes, wherever they run
+        now, with Chiron's deadline rate as a floor under their batch load."""
         for name in self.config.pools:
             dep = view.deployments.get(name)
             if dep is not None and dep.replica_stats:
@@ -199,36 +199,52 @@ class WattwisePolicy:
         arrivals, batch = self._class_rates(view)
         floor = self._batch_floor(demand, arrivals, batch)
         planned: dict[str, dict[str, float]] = {}
-        for name in self._order:  # each pool's own classes, wherever they run now
+        for name in self._order:
             if name in self._reported:
                 classes = self.config.pools[name]
                 planned[name] = self.planner.planning_rates(
                     name, {cls: arrivals.get(cls, 0.0) for cls in classes},
                     sum(batch.get(cls, 0.0) for cls in classes), now_s,
                     batch_floor={cls: floor[cls] for cls in classes if cls in floor})
-        epoch = self.planner.at_epoch(now_s)
-        if self._folding is not None:
-            self._folding.unfold(guarded)
-        if self._folding is not None and len(planned) == len(self._order):
-            # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
-            settled = not any(self.planner.warming_up(name, now_s) for name in planned)
-            # A bursty pool does not newly fold: the profile's steady state prices the fold, and a
-            # burst of prompts (the coding trace's, 20 req/s for 5 s) landing on the host's fewer
-            # replicas waits behind their prefills (a fold from five TP2 replicas to two met 82%
-            # of TTFTs in the burst's minute). A fold in force is not undone for it: a folded
-            # short pool's few conversation requests read as bursty, and unfolding them cost 7%
-            # more energy for no SLO.
-            # A guarded pool neither takes another in nor goes into one: its SLOs come first.
-            groups = self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, guarded),
-                                          epoch and settled,
-                                          may_form=lambda g: not guarded & set(g.members)
-                                          and self.planner.may_newly_fold(g.members, now_s))
-        else:
-            groups = tuple(PoolGroup((name,)) for name in planned)
+        return planned
+
+    def _fold(self, planned: dict[str, dict[str, float]], view: ClusterView, now_s: float, epoch: bool,
+              guarded: frozenset[str]) -> tuple[PoolGroup, ...]:
+        """DynamoLLM's pool folding: which pools serve, each group on its host (the last); new
+        folds and unfolds only at a pool `epoch`."""
+        if self._folding is None:
+            return tuple(PoolGroup((name,)) for name in planned)
+        self._folding.unfold(guarded)
+        if len(planned) < len(self._order):
+            return tuple(PoolGroup((name,)) for name in planned)
+        # Not while a pool warms up: its load is not seen yet (its rate windows fill from zero).
+        settled = not any(self.planner.warming_up(name, now_s) for name in planned)
+        # A bursty pool does not newly fold: the profile's steady state prices the fold, and a
+        # burst of prompts (the coding trace's, 20 req/s for 5 s) landing on the host's fewer
+        # replicas waits behind their prefills (a fold from five TP2 replicas to two met 82%
+        # of TTFTs in the burst's minute). A fold in force is not undone for it: a folded
+        # short pool's few conversation requests read as bursty, and unfolding them cost 7%
+        # more energy for no SLO.
+        # A guarded pool neither takes another in nor goes into one: its SLOs come first.
+        return self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, guarded),
+                                    epoch and settled,
+                                    may_form=lambda g: not guarded & set(g.members)
+                                    and self.planner.may_newly_fold(g.members, now_s))
+
+    def _pool_plans(self, view: ClusterView, now_s: float, demand: BatchDemand | None,
+                    guarded_classes: Collection[str]) -> tuple[ClusterPlan, ClusterPlan, ClusterPlan]:
+        """DynamoLLM's two entries and the SLO guard's clocks: (shapes: each serving pool's
+        replicas, TP and band; folding: the routes, and the replicas of pools folded away;
+        guard: the top clock wherever a guarded class runs). The pools of `guarded_classes`
+        are planned with the guard's margin at the TP they run, and serve alone."""
+        guarded = frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
+        planned = self._planned_rates(view, now_s, demand)
+        groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), guarded)
         replicas: dict[str, int] = {}
         tp: dict[str, int] = {}
         band: dict[str, tuple[int, int]] = {}
         routing: dict[str, dict[str, float]] = {}
+        folded: set[str] = set()
         held = {name: (s.instances * s.tensor_parallel if (s := self.planner.shape(name)) else 0)
                 for name in self.config.pools}
         for group in groups:
@@ -238,6 +254,7 @@ class WattwisePolicy:
                 self.planner.forget(member)
                 held[member] = 0
                 replicas[member] = 0
+                folded.add(member)
             rates, margin = self._host_load(group, planned, guarded)
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
             ttft_target_s = self._mean_ttft_target_s(rates)
@@ -261,12 +278,16 @@ class WattwisePolicy:
             if replicas.get(pool) == 0 and (dep := view.deployments.get(pool)) is not None:
                 replicas[pool] = dep.target_replicas
         # Flat out wherever a guarded class runs: its own pool, and the one it leaves once that is ready.
-        for pool in guarded | {pool for cls in guarded_classes for pool in routing.get(cls, {})}:
-            if pool in band:
-                band[pool] = (self.max_clock_mhz, self.max_clock_mhz)
+        flat_out = {pool for pool in guarded | {pool for cls in guarded_classes for pool in routing.get(cls, {})}
+                    if pool in band}
         self.planner.end_epoch(now_s)
-        return ClusterPlan(replicas=replicas, tensor_parallel=tp, clock_band_mhz=band,
-                           routing_weights=routing if self._folding is not None else {}, reason="dynamollm planner")
+        shapes = ClusterPlan(replicas={p: n for p, n in replicas.items() if p not in folded}, tensor_parallel=tp,
+                             clock_band_mhz={p: b for p, b in band.items() if p not in flat_out},
+                             reason="dynamollm planner")
+        folding = ClusterPlan(replicas={p: replicas[p] for p in folded},
+                              routing_weights=routing if self._folding is not None else {})
+        guard = ClusterPlan(clock_band_mhz={p: (self.max_clock_mhz, self.max_clock_mhz) for p in flat_out})
+        return shapes, folding, guard
 
     def _clock_floor(self, dep: DeploymentView | None, running: PoolShape | None, shape: PoolShape,
                      rates: dict[str, float], dilation: Dilation, traits: ReplicaTraits) -> int:
@@ -356,16 +377,19 @@ class WattwisePolicy:
         return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
-        """A fresh plan from every layer (what observe returns until the next plan interval)."""
+        """A fresh plan from every layer (what observe returns until the next plan interval),
+        each entry written by one (`compose` refuses an entry two layers set; the owners:
+        `autoscaling.ownership.DECISIONS`)."""
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
+        demand = self._batch_demand(view, now_s)
+        shapes, folding, guard_clocks = self._pool_plans(view, now_s, demand, guarded)
         guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(
             f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items()))) \
             if guarded else ClusterPlan()
-        demand = self._batch_demand(view, now_s)
         chiron = (ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight}, reason="chiron deadlines")
                   if demand is not None else ClusterPlan())
-        return compose({"slo_guard": guard, "dynamollm": self._dynamollm_layer(view, now_s, demand, guarded),
-                        "chiron": chiron})
+        return compose({SLO_GUARD: guard.merge(guard_clocks), DYNAMOLLM_SHAPES: shapes, DYNAMOLLM_FOLDING: folding,
+                        CHIRON: chiron})
 
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:

@@ -1,7 +1,7 @@
 """Ordered chains of the batcher's hooks, so several papers' rules run in one replica.
 
 The one controller gives each per-step decision one owner, but a replica can carry
-rules from more than one layer (throttLL'eM's SLO admission and Splitwise's KV-headroom
+rules from more than one layer (throttLL'eM's SLO admission and Splitwise's KV-budget
 admission on a prompt pool; Chiron's interactive-first preemption beside Splitwise's
 aging). Before these chains, attaching a second hook silently replaced the first.
 

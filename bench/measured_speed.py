@@ -25,7 +25,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from autoscaling.wattwise import WattwisePolicy
+from autoscaling.dynamollm.shape_planner import ShapePlannerConfig
 from bench.run_header import run_header
 from energy.calibration import default_perf_model
 from sim.config import SimConfig
@@ -60,10 +60,8 @@ def run_one(job: tuple[str, World, float, float]) -> dict[str, Any]:
     trace, world, start_s, duration_s = job
     config = SimConfig(profile=world.planned_profile)
     w = window(load_trace(trace), start_s, duration_s)
-    pools, policy = build("wattwise", w, config)
-    if not world.follow:
-        assert isinstance(policy, WattwisePolicy)
-        policy.planner.config = policy.planner.config.model_copy(update={"follow_measured_speed": False})
+    composite = None if world.follow else {"planner": ShapePlannerConfig(follow_measured_speed=False)}
+    pools, policy = build("wattwise", w, config, composite=composite)
     perf = default_perf_model(config.model, config.hardware, world.replicas_profile)
     raw = Simulator(w, policy, pools, config, perf=perf).run()
     ratios = [r.batcher.speed.ratio for r in raw.replicas if r.batcher is not None and r.batcher.speed is not None

@@ -7,7 +7,7 @@ The pool is the long-input one (prompts >= `input_medium_lt` tokens, every outpu
 the pool Splitwise's split is for. Its requests run on n replicas of one TP, unified (each
 step's prefill chunked to the tightest TBT target, interactive first: the composite's
 replicas) and split p + (n - p) for every p (Splitwise's prompt batching, JSQ over pending
-tokens, KV over the modelled link, KV-headroom admission on token replicas). Every replica
+tokens, KV over the modelled link, KV-budget admission on token replicas). Every replica
 runs throttLL'eM's admission and per-step clock, and the counts stay fixed: the comparison
 is the phase split alone, at equal GPUs, not the planner. The clock band brackets what the
 planner would publish: "top" pins every replica at the GPU's top clock (the band's floor at

@@ -7,10 +7,8 @@ for. A replica serving a few long requests can be the shortest queue with its KV
 nearly full: a prompt sent there waits for blocks to free as requests finish (seconds,
 against a TTFT target under one) while another replica of the pool has room. And its
 first token comes after the prompts queued before it are prefilled. So replicas whose
-KV cache would pass `kv_headroom` with the prompt come after those it fits below, each
-group by the prompt tokens still to prefill, then by requests. The headroom is the
-DynamoLLM planner's (`ShapePlannerConfig.kv_headroom`): the share of the cache it sizes a
-replica's steady batch to, beyond which throttLL'eM's clock also runs flat out.
+KV cache would pass the KV budget (core.kv_budget) with the prompt come after those it fits
+below, each group by the prompt tokens still to prefill, then by requests.
 
 With prefix affinity (a pool whose router is "prefix_aware"), replicas holding more of the
 prompt's prefix blocks come first: a prefill skipped is time and energy not spent. Bounded by
@@ -31,7 +29,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
-DEFAULT_KV_HEADROOM = 0.8  # also the planner's kv_headroom and throttLL'eM's kv_pressure_share by default
+from core.kv_budget import KV_BUDGET
 
 
 @dataclass(frozen=True)
@@ -51,8 +49,8 @@ class ReplicaOccupancy:
         return cls(requests, pending_prompt_tokens, kv_blocks_used * block_size + pending_prompt_tokens,
                    kv_blocks_total * block_size)
 
-    def has_room(self, prompt_tokens: int, kv_headroom: float) -> bool:
-        return self.kv_tokens_used + prompt_tokens <= kv_headroom * self.kv_tokens_total
+    def has_room(self, prompt_tokens: int, kv_budget: float) -> bool:
+        return self.kv_tokens_used + prompt_tokens <= kv_budget * self.kv_tokens_total
 
 
 class PrefixAffinity(BaseModel):
@@ -74,11 +72,11 @@ class PrefixAffinity(BaseModel):
 
 
 def rank_replicas(replicas: Sequence[ReplicaOccupancy], prompt_tokens: int,
-                  kv_headroom: float = DEFAULT_KV_HEADROOM, affinity: PrefixAffinity | None = None) -> list[int]:
+                  kv_budget: float = KV_BUDGET, affinity: PrefixAffinity | None = None) -> list[int]:
     """Replica indices best first: with `affinity`, the replicas it lets win by the prompt's
-    cached prefix, most cached first; then room for the prompt below the headroom, the least
+    cached prefix, most cached first; then room for the prompt within the KV budget, the least
     prompt work ahead of it, fewest requests, index (a stable order)."""
-    room = [r.has_room(prompt_tokens, kv_headroom) for r in replicas]
+    room = [r.has_room(prompt_tokens, kv_budget) for r in replicas]
     won = [0.0] * len(replicas)
     if affinity is not None and prompt_tokens > 0:
         least = min((r.requests for r, ok in zip(replicas, room, strict=True) if ok), default=0)

@@ -21,7 +21,8 @@ from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, ReplicaResult, RequestRouter, RunningReplica
 
-from core.replica_choice import DEFAULT_KV_HEADROOM, PrefixAffinity, ReplicaOccupancy, rank_replicas
+from core.kv_budget import KV_BUDGET
+from core.replica_choice import PrefixAffinity, ReplicaOccupancy, rank_replicas
 
 REQUESTS_STAT, PENDING_PROMPT_STAT = "requests", "pending_prompt_tokens"
 KV_USED_STAT, KV_TOTAL_STAT = "kv_tokens_used", "kv_tokens_total"
@@ -49,9 +50,9 @@ def prompt_tokens(pending: PendingRequest | None) -> int:
 
 
 class KvAwareRouter(RequestRouter):
-    def initialize_state(self, kv_headroom: float = DEFAULT_KV_HEADROOM, stats_period_s: float = STATS_PERIOD_S,
+    def initialize_state(self, kv_budget: float = KV_BUDGET, stats_period_s: float = STATS_PERIOD_S,
                          now_s: Callable[[], float] = time.monotonic, **kwargs: Any) -> None:
-        self._kv_headroom, self._stats_period_s, self._now_s = kv_headroom, stats_period_s, now_s
+        self._kv_budget, self._stats_period_s, self._now_s = kv_budget, stats_period_s, now_s
         self._in_flight: dict[str, ReplicaID] = {}  # internal request id -> the replica it was sent to
         self._requests: Counter[ReplicaID] = Counter()
         self._recent: dict[ReplicaID, deque[tuple[float, int]]] = {}  # (sent at, prompt tokens), oldest first
@@ -83,7 +84,7 @@ class KvAwareRouter(RequestRouter):
         if not candidate_replicas:
             return []
         order = rank_replicas([self._occupancy(r, pending_request) for r in candidate_replicas],
-                              prompt_tokens(pending_request), self._kv_headroom, self._affinity())
+                              prompt_tokens(pending_request), self._kv_budget, self._affinity())
         if pending_request is not None:
             self._count(pending_request, candidate_replicas[order[0]].replica_id)
         return [[candidate_replicas[k]] for k in order]
@@ -121,11 +122,11 @@ class PrefixAwareRouter(KvAwareRouter):
     its last report: a prompt is cached once prefilled, and the next turn of a conversation
     often comes before the next report."""
 
-    def initialize_state(self, kv_headroom: float = DEFAULT_KV_HEADROOM, stats_period_s: float = STATS_PERIOD_S,
+    def initialize_state(self, kv_budget: float = KV_BUDGET, stats_period_s: float = STATS_PERIOD_S,
                          now_s: Callable[[], float] = time.monotonic, block_tokens: int = 512,
                          imbalance_requests: float = PrefixAffinity().imbalance_requests,
                          min_match: float = PrefixAffinity().min_match, **kwargs: Any) -> None:
-        super().initialize_state(kv_headroom, stats_period_s, now_s, **kwargs)
+        super().initialize_state(kv_budget, stats_period_s, now_s, **kwargs)
         self._block_tokens = block_tokens
         self._prefix_affinity = PrefixAffinity(imbalance_requests=imbalance_requests, min_match=min_match)
         self._reported: dict[ReplicaID, tuple[Any, frozenset[int]]] = {}  # its last report, as a set

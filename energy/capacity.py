@@ -44,14 +44,14 @@ class Operating:
 class CapacityModel:
     """Steady-state latency and power of n instances at (TP, clock) under a load."""
 
-    def __init__(self, perf: PerfModel, max_utilisation: float = 0.85, max_kv_utilisation: float = 1.0) -> None:
+    def __init__(self, perf: PerfModel, max_utilisation: float = 0.85, kv_budget: float = 1.0) -> None:
         self.perf = perf
         # Share of an instance's time prefill may fill: prompt queues blow up near 1.
         self.max_utilisation = max_utilisation
         # Share of an instance's KV the steady batch may fill. 1.0 is the physical bound; a
         # planner keeping replicas whose admission reserves each request's projected peak
         # (throttLL'eM) plans below it, or prompts wait at the door for KV to free.
-        self.max_kv_utilisation = max_kv_utilisation
+        self.kv_budget = kv_budget
 
     def decode_iteration_s(self, tp: int, clock_mhz: float, batch: float, context_tokens: float) -> float:
         """Decode step of `batch` sequences of `context_tokens` each (fractional batches allowed)."""
@@ -67,7 +67,7 @@ class CapacityModel:
         per_seq_ms = c.per_seq_ms + c.per_ctx_ms * context_tokens
         budget_ms = tbt_s * 1000.0 - c.fixed_ms
         by_time = int(budget_ms / per_seq_ms) if budget_ms > 0 else 0
-        by_kv = int(self.perf.kv_capacity_tokens(tp) * self.max_kv_utilisation / max(context_tokens, 1.0))
+        by_kv = int(self.perf.kv_capacity_tokens(tp) * self.kv_budget / max(context_tokens, 1.0))
         return max(min(by_time, by_kv), 1)
 
     def operating(self, tp: int, clock_mhz: float, instances: int, load: Load, tbt_s: float) -> Operating:
@@ -95,7 +95,7 @@ class CapacityModel:
         decode_busy = min(batch, 1.0) * free
         feasible = (
             tbt <= tbt_s
-            and batch * ctx <= perf.kv_capacity_tokens(tp) * self.max_kv_utilisation
+            and batch * ctx <= perf.kv_capacity_tokens(tp) * self.kv_budget
             and prefill_busy <= self.max_utilisation
         )
         # Decode power at the step's batch: a measured curve (ML.ENERGY) rises with load.

@@ -85,12 +85,12 @@ def build_profile(
     shapes: dict[str, tuple[int, int]] = CONV_CLASS_SHAPES,
     tps: tuple[int, ...] | None = None,
     clocks_mhz: tuple[int, ...] = PROFILE_CLOCKS_MHZ,
-    max_kv_utilisation: float = 1.0,
+    kv_budget: float = 1.0,
 ) -> EnergyProfile:
     """Every class x TP x clock's curve up to its SLO-feasible load, from the perf model; a
-    load filling more than `max_kv_utilisation` of an instance's KV counts as infeasible.
+    load filling more than `kv_budget` of an instance's KV counts as infeasible.
     `tps`: the TPs to profile (None: every TP the perf model has, TP1 for an 8B model)."""
-    cap = CapacityModel(perf, max_kv_utilisation=max_kv_utilisation)
+    cap = CapacityModel(perf, kv_budget=kv_budget)
     points = []
     for cls, shape in shapes.items():
         slo = lengths.slo(cls)

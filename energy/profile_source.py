@@ -22,13 +22,13 @@ class EnergyProfileSource(BaseModel):
     profile_path: str | None = Field(default=None, description=(
         "An energy profile from `wattwise profile --out` to load; None: built from the perf model."))
 
-    def energy_profile(self, max_kv_utilisation: float = 1.0) -> EnergyProfile:
+    def energy_profile(self, kv_budget: float = 1.0) -> EnergyProfile:
         """The saved profile if one is named, else one built from the perf model, a load filling
-        more than `max_kv_utilisation` of an instance's KV counted infeasible; an empty one is
+        more than `kv_budget` of an instance's KV counted infeasible; an empty one is
         refused."""
         profile = (EnergyProfile.load(self.profile_path) if self.profile_path else
                    build_profile(default_perf_model(self.model, self.hardware, self.profile),
-                                 max_kv_utilisation=max_kv_utilisation))
+                                 kv_budget=kv_budget))
         if not profile.points:  # every planner on it would fail further in, and less clearly
             raise ValueError(f"the energy profile ({self.profile_name()}) has no shape that meets the SLOs: "
                              f"nothing to plan on for {self.model} on {self.hardware}")

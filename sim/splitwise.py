@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from autoscaling.splitwise.config import SplitwiseConfig
-from autoscaling.splitwise.machine import AgingPreemption, KvHeadroomAdmission
+from autoscaling.splitwise.machine import AgingPreemption, KvBudgetAdmission
 from autoscaling.splitwise.scheduler import PROMPT, TOKEN, Placement, SplitwiseScheduler
 from batching.continuous_batcher import Sequence
 from batching.hook_chains import chain_admission, chain_preemption
@@ -85,7 +85,7 @@ class SplitwiseSimulator(Simulator):
             [batcher.preemption, AgingPreemption(sched.preempt_age_limit_s, sched.max_preemptions_per_request)])
         home = PROMPT if self.pools[r.pool].setup.kind is Phase.PROMPT else TOKEN
         if home is TOKEN:  # after the pool's own admission (e.g. throttLL'eM's), not instead of it
-            batcher.admission = chain_admission([batcher.admission, KvHeadroomAdmission(sched.token_kv_headroom)])
+            batcher.admission = chain_admission([batcher.admission, KvBudgetAdmission(sched.token_kv_budget)])
         self.scheduler.add_replica(r.replica_id, home)
 
     def _stop(self, r: SimReplica, now: float) -> None:

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.arrival_rates import RATE_WINDOW_S
 from core.classes import LengthClassConfig
-from core.replica_choice import DEFAULT_KV_HEADROOM
+from core.kv_budget import KV_BUDGET
 from energy.profile import EnergyProfile
 
 
@@ -52,7 +52,7 @@ class ShapePlannerConfig(BaseModel):
         "Share of the TTFT target's slack above a prompt's own prefill that the planned wait may "
         "fill: the profile's TTFT is a mean (M/D/1 queueing), the SLO is judged per request, so "
         "the tail of the wait needs room the mean does not show (the prefill itself does not vary)."))
-    kv_headroom: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
+    kv_budget: float = Field(default=KV_BUDGET, gt=0, le=1, description=(
         "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
         "perf model; a measured profile already shows what its engines held). throttLL'eM's "
         "admission reserves each request's projected peak, so a replica planned to its last KV "

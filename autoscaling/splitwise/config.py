@@ -25,8 +25,9 @@ class SplitwiseConfig(BaseModel):
     repurpose_after_s: float = Field(default=300.0, gt=0, description=(
         "A replica that stays mixed this long (s) is re-purposed for good (§IV-A: coarse re-purposing "
         "after \"a considerable amount of time\")."))
-    token_kv_headroom: float = Field(default=0.05, ge=0, lt=1, description=(
-        "Token machines queue new sequences once free KV falls to this fraction of capacity (§IV-B)."))
+    token_kv_budget: float = Field(default=0.95, gt=0, le=1, description=(
+        "Share of a token machine's KV its sequences may fill; new ones queue beyond it (§IV-B: "
+        "5% kept free). Splitwise's own, not the one controller's KV budget (core.kv_budget)."))
     preempt_age_limit_s: float = Field(default=2.0, ge=0, description=(
         "Mixed machines: a token phase younger than this (s) may be preempted for a prompt; its "
         "priority grows with age (§IV-B)."))

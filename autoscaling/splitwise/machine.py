@@ -15,17 +15,17 @@ from batching.continuous_batcher import ContinuousBatcher, RunningBatch, Sequenc
 from core.roles import Phase
 
 
-class KvHeadroomAdmission:
-    """Admit while the sequence's KV fits under (1 - headroom) of the cache; else queue."""
+class KvBudgetAdmission:
+    """Admit while the sequence's KV fits within `budget` of the cache; else queue."""
 
-    def __init__(self, headroom: float) -> None:
-        self.headroom = headroom
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
 
     def admit(self, seq: Sequence, batch: RunningBatch, now_s: float) -> bool:
         if not batch.running:
             return True  # an empty replica always takes work, or a long request would wait forever
         need = math.ceil((seq.context_tokens + 1) / batch.block_size)
-        return batch.kv_blocks_used + need <= (1.0 - self.headroom) * batch.kv_blocks_total
+        return batch.kv_blocks_used + need <= self.budget * batch.kv_blocks_total
 
 
 class AgingPreemption:
@@ -47,7 +47,7 @@ class AgingPreemption:
         return best
 
 
-def machine_policies(config: MachineConfig) -> tuple[KvHeadroomAdmission | None, AgingPreemption]:
+def machine_policies(config: MachineConfig) -> tuple[KvBudgetAdmission | None, AgingPreemption]:
     """The batcher hooks of a replica by its home phase, as the simulator wires them.
 
     Every replica may be lent to the mixed pool, so all get aging preemption (it acts only
@@ -56,5 +56,5 @@ def machine_policies(config: MachineConfig) -> tuple[KvHeadroomAdmission | None,
     """
     s = config.scheduling
     preemption = AgingPreemption(s.preempt_age_limit_s, s.max_preemptions_per_request)
-    admission = KvHeadroomAdmission(s.token_kv_headroom) if config.phase is Phase.TOKEN else None
+    admission = KvBudgetAdmission(s.token_kv_budget) if config.phase is Phase.TOKEN else None
     return admission, preemption

@@ -23,7 +23,7 @@ def profiled_max_load_rps(config: ThrottllemScalingConfig) -> dict[int, float]:
     """Highest rate one engine of each TP carries at max clock within the TBT target and the
     KV its admission leaves."""
     perf = default_perf_model(config.model, config.hardware, config.profile)
-    cap = CapacityModel(perf, max_kv_utilisation=config.kv_headroom)
+    cap = CapacityModel(perf, kv_budget=config.kv_budget)
     clock = perf.gpu.max_clock_mhz
     tbt_s = config.tbt_s * config.load_headroom
     out = {}

@@ -10,7 +10,7 @@ late. An interactive prompt that admission refused (the running batch's projecte
 TBT leaves it no room) waits for running requests to finish, which no prefill-time search
 sees: until it is admitted, max clock (best effort, as for a lost request), so the batch
 ahead of it drains as fast as it can. So does a batch whose interactive requests hold over
-`kv_pressure_share` of the KV cache, before a prompt is refused: requests stay as long as
+`kv_budget` of the KV cache, before a prompt is refused: requests stay as long as
 their steps take, so at the low clocks the deadlines allow, a replica serving long prompts
 fills its KV, and once a prompt is refused, blocks free only as requests finish, seconds
 later (the day: all 16 misses were prompts refused for KV on one TP2 replica holding 41
@@ -134,9 +134,9 @@ class ThrottllemClock:
         return float(clocks[index])
 
     def _kv_pressed(self, batcher: ClockedBatch) -> bool:
-        """Interactive requests hold over `kv_pressure_share` of the KV cache (batch requests'
+        """Interactive requests hold over `kv_budget` of the KV cache (batch requests'
         blocks do not count: an interactive prompt preempts them, Chiron's mixed replicas)."""
-        limit = self.config.kv_pressure_share * batcher.kv_blocks_total
+        limit = self.config.kv_budget * batcher.kv_blocks_total
         if batcher.kv_blocks_used <= limit:  # always so at a share of 1
             return False
         return sum(s.kv_blocks for s in batcher.running if s.request.service_class != "batch") > limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from core.replica_choice import DEFAULT_KV_HEADROOM
+from core.kv_budget import KV_BUDGET
 from prediction.predictor_confusion import default_predictor_error
 
 
@@ -37,13 +37,13 @@ class ThrottllemConfig(BaseModel):
         "(at max clock) misses it if refused now; admission then checks the running requests against "
         "their whole targets, not slo_headroom's share: the share is kept for later arrivals, and this "
         "prompt's miss is certain while theirs is not. 0: the share always."))
-    kv_pressure_share: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
+    kv_budget: float = Field(default=KV_BUDGET, gt=0, le=1, description=(
         "Share of the replica's KV cache held by interactive requests above which each step runs at "
         "the band's ceiling. A batch holds its requests as long as its steps take (Little's law), so "
         "at the low clocks the deadlines allow, a replica fills its KV and then turns prompts away "
-        "at the door until requests finish; the top clock finishes them soonest. The default is "
-        "kv_headroom's: beyond it the batch is larger than the planner sized the replica for. "
-        "1: only once a prompt is refused."))
+        "at the door until requests finish; the top clock finishes them soonest. The KV budget "
+        "(core.kv_budget): beyond it the batch is larger than the planner sized the replica for; under "
+        "policy: wattwise it must equal the planner's. 1: only once a prompt is refused."))
     hold_mean_tbt: bool = Field(default=True, description=(
         "Once a request's first token is out, its deadline is also no later than one TBT target per "
         "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "
@@ -123,8 +123,8 @@ class ThrottllemScalingConfig(BaseModel):
         "Mean output of the request shape (tokens); Azure conversation trace 2023: 211."))
     tbt_s: float = Field(default=0.1, gt=0, description="TBT target (s) the max loads per TP keep.")
     load_headroom: float = Field(default=0.8, gt=0, le=1, description="Share of tbt_s the max loads per TP plan for.")
-    kv_headroom: float = Field(default=DEFAULT_KV_HEADROOM, gt=0, le=1, description=(
+    kv_budget: float = Field(default=KV_BUDGET, gt=0, le=1, description=(
         "Share of an engine's KV the steady batch at its max load may fill: the admission reserves "
         "each request's projected peak, so an engine loaded to its last KV block turns prompts "
         "away at the door (the TP2 engine's 50k tokens hold conv's steady batch at 4.8 requests/s "
-        "only to the block). The DynamoLLM planner's kv_headroom, the same default."))
+        "only to the block). The KV budget (core.kv_budget), as the DynamoLLM planner's."))

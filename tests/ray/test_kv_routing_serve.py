@@ -2,7 +2,7 @@
 replica whose KV cache is full, though that replica has the shorter queue.
 
 Two replicas of the long pool, TP2 (a 70B model's 40,950 KV tokens each, llama3.1's long
-context): one request with a 34,000-token prompt fills one replica past the 0.8 headroom;
+context): one request with a 34,000-token prompt fills one replica past the 0.8 KV budget;
 three more long prompts follow, each once the one before it has its first token. Joining the
 shortest queue would send the third to the full replica (one request there, two on the
 other); routing by KV room sends all three to the other.
@@ -15,7 +15,7 @@ from typing import Any
 import openai
 import pytest
 
-from core.replica_choice import DEFAULT_KV_HEADROOM
+from core.kv_budget import KV_BUDGET
 from core.token_counter import count_tokens
 from tests.factories import INTERACTIVE_KEY, one_entry, quick_config
 from tests.live_app import wait_for
@@ -102,11 +102,11 @@ def test_a_prompt_skips_the_replica_whose_kv_cache_is_full_for_the_shorter_queue
     try:
         streams[0].started(timeout_s=240)
 
-        def past_headroom() -> dict[str, tuple[float, float]]:
-            return {r: s for r, s in _long_pool(served).items() if s[1] >= DEFAULT_KV_HEADROOM}
-        wait_for(past_headroom, 120, "a long-pool replica past the KV headroom")
-        full = past_headroom()
-        assert len(full) == 1, f"not one replica past the headroom: {_long_pool(served)}"
+        def past_budget() -> dict[str, tuple[float, float]]:
+            return {r: s for r, s in _long_pool(served).items() if s[1] >= KV_BUDGET}
+        wait_for(past_budget, 120, "a long-pool replica past the KV budget")
+        full = past_budget()
+        assert len(full) == 1, f"not one replica past the KV budget: {_long_pool(served)}"
         filled = next(iter(full))
         for _ in range(3):
             streams.append(_Stream(client, _prompt(FOLLOWING_PROMPT_TOKENS), max_tokens=2_000))

@@ -6,7 +6,7 @@ batch: one loose request runs at the band's floor, a burst of long prompts raise
 the next lull lowers it again.
 
 The burst's raise is read from state, not from the wall clock: its prompts fill more of the KV
-cache than `kv_pressure_share`, where the rule runs flat out (autoscaling.throttllem.clock). A
+cache than `kv_budget`, where the rule runs flat out (autoscaling.throttllem.clock). A
 raise for TTFT deadlines is not observable here: the deadlines are on the wall clock and the
 rule's step times on the modelled H100, so whether a prompt is still saveable when the rule
 first sees it depends on how busy this machine is (the unit tests drive that path on a clock
@@ -39,7 +39,7 @@ CLOCKS = GPUS["h100-80gb"].supported_clocks_mhz()
 BAND = (CLOCKS[20], CLOCKS[-10])  # inside the GPU's range, so the band (not the GPU) bounds the rule
 BURST = 8
 # KV for about a burst's worth of long requests (the tiny model keeps 2 KiB per token): the burst
-# fills over `kv_pressure_share` (0.8) of it, one loose request a few percent.
+# fills over `kv_budget` (0.8) of it, one loose request a few percent.
 KV_GIB = BURST * 1024 * 2048 / 2**30
 
 
@@ -82,7 +82,7 @@ def test_the_requested_clock_rises_for_a_burst_and_falls_in_a_lull(engine: VllmE
     assert engine.clock_rule is not None and engine.stats().per_step_clock
     engine.set_clock_band(*BAND)
     low, high = BAND
-    share = engine.config.throttllem.kv_pressure_share
+    share = engine.config.throttllem.kv_budget
     prompts = [_long_prompt(engine, i) for i in range(BURST)]
     burst_blocks = sum(-(-(engine.count_tokens(p) + 48) // engine.running_batch.block_size) for p in prompts)
     assert share * engine.running_batch.kv_blocks_total < burst_blocks <= engine.running_batch.kv_blocks_total

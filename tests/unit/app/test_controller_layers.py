@@ -40,3 +40,13 @@ def test_wattwise_serve_refuses_before_starting_serve(tmp_path, capsys) -> None:
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     assert main(["serve", "--config", str(path)]) == 2
     assert "pools[0].engine.interactive_first" in capsys.readouterr().err
+
+
+def test_a_pool_on_another_kv_budget_than_the_planners_is_refused_by_name() -> None:
+    config = shipped()
+    config["applications"][0]["args"]["pools"][2]["engine"]["throttllem"]["kv_budget"] = 0.9
+    with pytest.raises(ValueError, match=r"pools\[2\]\.engine\.throttllem\.kv_budget \(pool 'long'\) is 0\.9"):
+        check_serve_file(config)
+    config["applications"][0]["autoscaling_policy"]["policy_kwargs"]["planner"] = {"kv_budget": 0.9}
+    with pytest.raises(ValueError, match=r"pools\[0\]\.engine\.throttllem\.kv_budget \(pool 'short'\)"):
+        check_serve_file(config)

@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from autoscaling import wattwise as wattwise_module
 from autoscaling.dynamollm.pool_folding import PoolFolding, partitions
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from autoscaling.dynamollm.route_handover import RouteHandover
@@ -21,6 +22,7 @@ from autoscaling.dynamollm.shape_planner import (
     needed_instances,
     shape_power_w,
 )
+from autoscaling.ownership import DECISIONS, DYNAMOLLM_FOLDING, DYNAMOLLM_SHAPES, PLAN_LAYERS
 from autoscaling.registry import make_policy
 from autoscaling.splitwise.config import MachineConfig
 from autoscaling.throttllem.config import ThrottllemConfig
@@ -126,7 +128,7 @@ def test_a_plan_entry_written_by_two_layers_is_an_error() -> None:
 
 def test_modelled_engine_chains_throttllem_and_splitwise_hooks_instead_of_replacing_one() -> None:
     engine = ModelledEngine(ModelledEngineConfig(tensor_parallel=8, throttllem=ThrottllemConfig(length_error=0.0),
-                                       splitwise=MachineConfig(phase="token")))  # token homes admit on KV headroom
+                                       splitwise=MachineConfig(phase="token")))  # token homes: their KV budget
     assert isinstance(engine.batcher.admission, AdmissionChain)
     assert len(engine.batcher.admission.members) == 2
     assert engine.batcher.clock_policy is not None
@@ -297,6 +299,29 @@ def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_class
     assert pinned.routing_weights["SS"] == {"pool-short": 1.0}
 
 
+def test_each_layer_writes_its_own_entries_of_a_folded_plan(profile, monkeypatch) -> None:
+    """The policy's compose entries are the ownership table's plan layers, in its order; in a
+    folded plan DynamoLLM's shapes write the serving pool, its folding the routes and the
+    pools folded away (compose would refuse an entry two of them wrote)."""
+    composed: list[dict[str, ClusterPlan]] = []
+
+    def recording(parts: dict[str, ClusterPlan]) -> ClusterPlan:
+        composed.append(dict(parts))
+        return compose(parts)
+
+    monkeypatch.setattr(wattwise_module, "compose", recording)
+    low = {"SS": 0.3, "MM": 0.3, "LS": 0.3}
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    warming = _run(policy, low, policy.config.planner.warmup_s - 1.0)
+    _run(policy, low, policy.config.planner.first_epoch_s + policy.config.plan_interval_s + 1.0, plan=warming)
+    assert all(tuple(parts) == PLAN_LAYERS for parts in composed)
+    assert set(PLAN_LAYERS) == {d.plan_layer for d in DECISIONS if d.plan_layer}
+    last = composed[-1]
+    assert last[DYNAMOLLM_FOLDING].replicas == {"pool-short": 0, "pool-medium": 0}
+    assert last[DYNAMOLLM_FOLDING].routing_weights["SS"] == {"pool-long": 1.0}
+    assert set(last[DYNAMOLLM_SHAPES].replicas) == set(last[DYNAMOLLM_SHAPES].clock_band_mhz) == {"pool-long"}
+
+
 def test_pools_whose_replicas_run_off_the_profile_neither_fold_nor_change_tp(profile) -> None:
     """A fold or a TP switch is the profile's word on a shape no replica has run. Replicas
     whose steps run off the profile (here 20% longer) have shown it wrong for them, and their
@@ -465,10 +490,10 @@ def test_a_replica_reports_the_floor_of_its_clock_search_and_the_planner_prices_
     assert priced_w(floor) > priced_w(0.0)
 
 
-def test_the_planners_profile_keeps_kv_headroom_for_admission(profile) -> None:
-    """A KV-bound class (long prompts at TP2) is planned to fill at most kv_headroom of the
+def test_the_planners_profile_keeps_a_kv_budget_for_admission(profile) -> None:
+    """A KV-bound class (long prompts at TP2) is planned to fill at most kv_budget of the
     replica's KV: throttLL'eM's admission reserves each request's projected peak."""
-    assert ShapePlannerConfig().kv_headroom < 1.0
+    assert ShapePlannerConfig().kv_budget < 1.0
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS))
     assert policy.profile.max_rate_per_s("LM", 2, 1980) < profile.max_rate_per_s("LM", 2, 1980)
     # TP4 holds about ten times TP2's KV (the weights take less of it): bound by time, unchanged.

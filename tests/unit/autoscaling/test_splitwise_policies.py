@@ -121,11 +121,11 @@ def test_machine_policies_by_phase():
     from autoscaling.splitwise.config import MachineConfig
     from autoscaling.splitwise.machine import (
         AgingPreemption,
-        KvHeadroomAdmission,
+        KvBudgetAdmission,
         machine_policies,
     )
 
-    for phase, admission in (("prompt", type(None)), ("token", KvHeadroomAdmission), ("mixed", type(None))):
+    for phase, admission in (("prompt", type(None)), ("token", KvBudgetAdmission), ("mixed", type(None))):
         got_admission, preemption = machine_policies(MachineConfig(phase=phase))
         assert isinstance(got_admission, admission) and isinstance(preemption, AgingPreemption)
 

@@ -18,14 +18,14 @@ SPLITWISE = "splitwise-llama2-70b-h100"
 
 
 def replica(running: list[Request], generated: int = 5, hold_mean_tbt: bool = True, urgent_prompt_steps: float = 2.0,
-            kv_pressure_share: float = 0.8, **config):
+            kv_budget: float = 0.8, **config):
     # The crafted margins are sized on Splitwise's fit: its KV reads cost ~7x the current
     # stack's, so one long prompt slows a batch by more than the margins' 0.1%.
     perf = perf_model_for(SPLITWISE)
     bc = BatcherConfig(tensor_parallel=8, **config)
     admission, clock = replica_policies(perf, bc, ThrottllemConfig(
         profile=SPLITWISE, hold_mean_tbt=hold_mean_tbt, urgent_prompt_steps=urgent_prompt_steps,
-        kv_pressure_share=kv_pressure_share))
+        kv_budget=kv_budget))
     b = ContinuousBatcher(perf, bc, admission, clock)
     for r in running:  # already scheduled and decoding
         seq = b.add(r, 0.0)
@@ -87,14 +87,14 @@ def test_a_prompt_refused_for_kv_runs_the_batch_ahead_of_it_at_max_clock_until_a
 
 def test_interactive_requests_holding_most_of_the_kv_run_the_batch_at_max_clock_before_a_refusal():
     """Requests hold their KV as long as their steps take: once interactive requests hold
-    over `kv_pressure_share` of the cache the replica runs flat out, so blocks free before
+    over `kv_budget` of the cache the replica runs flat out, so blocks free before
     prompts are turned away. Below it (or with the share at 1), the clock search's low clock
     on the same batch; and batch requests' blocks do not count (an interactive prompt
     preempts them)."""
     def chosen_clock(share: float, service_class: str = "interactive") -> float | None:
         a = Request("a", 2000, 400, 0.0, LOOSE, service_class=service_class, predicted_output_tokens=400,
                     target_output_tokens=400)
-        b, _, clock = replica([a], kv_capacity_tokens=4000, kv_pressure_share=share)
+        b, _, clock = replica([a], kv_capacity_tokens=4000, kv_budget=share)
         clocks = b.perf.gpu.supported_clocks_mhz()
         b.set_clock_band(min(clocks), max(clocks))
         b.set_clock(min(clocks) + 100)

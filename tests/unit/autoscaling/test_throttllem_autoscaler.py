@@ -35,8 +35,8 @@ def test_max_loads_leave_the_kv_its_admission_reserves():
     """A TP2 engine's KV (~50k tokens) holds conv's steady batch at its TBT-bound rate only to the
     last block: judged with the KV kept free, its max load is lower; a TP whose KV is ample keeps
     its TBT-bound rate."""
-    full = ThrottllemAutoscaler(ThrottllemScalingConfig(kv_headroom=1.0)).max_load_rps
-    kept = ThrottllemAutoscaler(ThrottllemScalingConfig(kv_headroom=0.8)).max_load_rps
+    full = ThrottllemAutoscaler(ThrottllemScalingConfig(kv_budget=1.0)).max_load_rps
+    kept = ThrottllemAutoscaler(ThrottllemScalingConfig(kv_budget=0.8)).max_load_rps
     assert kept[2] < 0.95 * full[2]
     assert kept[8] == full[8]
 

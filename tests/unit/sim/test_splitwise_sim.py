@@ -134,10 +134,10 @@ def test_a_replica_that_finished_its_prompts_is_seen_free_before_the_next_report
 
 def test_splitwise_hooks_join_the_pools_own_instead_of_replacing_them():
     """A token replica that runs throttLL'eM's hooks (the composite's iteration layer) keeps
-    its admission: Splitwise's KV-headroom rule is chained after it, aging preemption
+    its admission: Splitwise's KV-budget rule is chained after it, aging preemption
     likewise; a pool without hooks of its own gets Splitwise's alone."""
     from autoscaling.registry import make_policy
-    from autoscaling.splitwise.machine import KvHeadroomAdmission
+    from autoscaling.splitwise.machine import KvBudgetAdmission
     from autoscaling.throttllem.admission import ThrottllemAdmission
     from batching.hook_chains import AdmissionChain
     from core.classes import LengthClassConfig
@@ -152,9 +152,9 @@ def test_splitwise_hooks_join_the_pools_own_instead_of_replacing_them():
     sim.run()
     token = next(r for r in sim.all_replicas if r.pool == "pool-token").ready_batcher
     assert isinstance(token.admission, AdmissionChain)
-    assert [type(m) for m in token.admission.members] == [ThrottllemAdmission, KvHeadroomAdmission]
+    assert [type(m) for m in token.admission.members] == [ThrottllemAdmission, KvBudgetAdmission]
     assert sim.log.done.all()
     alone = SplitwiseSimulator(w, policy, plain, SimConfig())
     alone.run()
     token = next(r for r in alone.all_replicas if r.pool == "pool-token").ready_batcher
-    assert isinstance(token.admission, KvHeadroomAdmission) and isinstance(token.preemption, AgingPreemption)
+    assert isinstance(token.admission, KvBudgetAdmission) and isinstance(token.preemption, AgingPreemption)
