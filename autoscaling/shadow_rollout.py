@@ -26,6 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 from core.view import ClusterView, DeploymentView
 
 # The key under which each physical deployment of a shadow pool carries its place in the
@@ -227,7 +228,7 @@ class ShadowRollouts:
             targets[pool.deployments[r.to_tp]] = state.replicas
         return targets
 
-    def published(self, plan: ClusterPlan, decision: RolloutDecision) -> ClusterPlan:
+    def published(self, plan: ClusterPlan, decision: RolloutDecision) -> PublishedPlan:
         """The plan replicas and the ingress follow, by deployment: the shadow pools'
         replica targets, their clocks and batch limits on every one of their deployments,
         no TP entries for them (each deployment's TP is fixed: no replica re-shards), and
@@ -236,14 +237,13 @@ class ShadowRollouts:
             return {dep: value for name, value in values.items()
                     for dep in (self.pools[name].deployments.values() if name in self.pools else (name,))}
 
-        return replace(
+        return PublishedPlan.of(replace(
             plan,
             replicas={**{k: v for k, v in plan.replicas.items() if k not in self.pools}, **decision.targets},
             tensor_parallel={k: v for k, v in plan.tensor_parallel.items() if k not in self.pools},
             clock_mhz=spread(plan.clock_mhz),
             batch_limit=spread(plan.batch_limit),
-            serving={**plan.serving, **decision.serving},
-        )
+        ), serving=decision.serving)
 
     def report(self) -> dict[str, dict[str, Any]]:
         """Per shadow pool: serving deployment and TP, the rollout under way, outcomes so far."""

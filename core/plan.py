@@ -1,4 +1,5 @@
-"""The one decision object every controller publishes and every runtime applies."""
+"""The one decision object every controller returns and every runtime applies (the Serve
+runtime broadcasts it with what only it knows: core.published_plan)."""
 
 from __future__ import annotations
 
@@ -30,17 +31,6 @@ class ClusterPlan:
     # its attainment fell below target, so the pools hosting it run flat out, unfolded, with
     # more margin (autoscaling.slo_guard). Empty: every class meets its target.
     slo_guard: dict[str, float] = field(default_factory=dict)
-    # Pool -> the deployment serving its traffic, for pools whose TP changes run as shadow
-    # deployments (autoscaling.shadow_rollout); set by the Serve runtime, not by policies.
-    serving: dict[str, str] = field(default_factory=dict)
-    # Pools an operator drained (POST /admin/drain): the ingress routes them no new
-    # requests. Layered in by the plan store, so every ingress replica sees the same.
-    drained: dict[str, bool] = field(default_factory=dict)
-    # Deployment -> its replicas running when the plan went out, as Serve's controller counts
-    # them: the ingress sends a request overflowing its pool only to a pool with one running
-    # (asking Serve's status instead costs the ingress ~0.13 s of CPU a call). Set by the
-    # Serve runtime, not by policies.
-    running_replicas: dict[str, int] = field(default_factory=dict)
     reason: str = ""
 
     def queue_in_flight(self, floor: int) -> int:
@@ -60,8 +50,5 @@ class ClusterPlan:
             routing_weights={**self.routing_weights, **other.routing_weights},
             batch_in_flight={**self.batch_in_flight, **other.batch_in_flight},
             slo_guard={**self.slo_guard, **other.slo_guard},
-            serving={**self.serving, **other.serving},
-            drained={**self.drained, **other.drained},
-            running_replicas={**self.running_replicas, **other.running_replicas},
             reason="; ".join(r for r in (self.reason, other.reason) if r),
         )

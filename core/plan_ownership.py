@@ -4,8 +4,8 @@ Each layer of the composite controller (DynamoLLM's planner, Chiron's autoscaler
 publishes a partial ClusterPlan. `compose` stacks them and refuses an entry (a field for
 one deployment, e.g. `clock_mhz["pool-short"]`) that two layers both set: two owners of
 one decision is how DynamoLLM's pool clock came to be overwritten by throttLL'eM's
-within half a second. Runtime-owned fields (`serving`, `drained`, `running_replicas`) are
-not policy output.
+within half a second. What only the runtime knows is not in a ClusterPlan
+(core.published_plan).
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from dataclasses import fields
 
 from core.plan import ClusterPlan
 
-RUNTIME_FIELDS = frozenset({"serving", "drained", "running_replicas", "reason"})
-POLICY_FIELDS = tuple(f.name for f in fields(ClusterPlan) if f.name not in RUNTIME_FIELDS)
+POLICY_FIELDS = tuple(f.name for f in fields(ClusterPlan) if f.name != "reason")
 
 
 class PlanConflict(ValueError):

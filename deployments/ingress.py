@@ -48,8 +48,8 @@ from app.pool_overflow import Attempt, overflow_attempts, serving_pools
 from app.prompt_tokenizer import prompt_tokenizer, tool_parsing
 from app.route import WeightedRouter
 from app.sampling import sampling_of
-from core.plan import ClusterPlan
 from core.prefix_cache import block_hashes
+from core.published_plan import PublishedPlan
 from core.request import Request
 from core.roles import ReplicaKind
 from deployments import admin_routes, batch_routes
@@ -72,7 +72,7 @@ POOL_FULL = "pool_full"
 
 # Follows the controller's plan forever, calling its argument with each new plan
 # (deployments.plan_store.follow_plan for the ingress's app).
-PlanFollower = Callable[[Callable[[ClusterPlan], None]], Coroutine[Any, Any, None]]
+PlanFollower = Callable[[Callable[[PublishedPlan], None]], Coroutine[Any, Any, None]]
 
 
 def _overloaded() -> APIError:
@@ -216,7 +216,7 @@ class Ingress:
         if self._follow_plan is not None and (self._follower is None or self._follower.done()):
             self._follower = asyncio.get_running_loop().create_task(self._follow_plan(self.apply_plan))
 
-    def apply_plan(self, plan: ClusterPlan) -> None:
+    def apply_plan(self, plan: PublishedPlan) -> None:
         self.router.set_weights(plan.routing_weights)
         self.state.apply_plan(plan)
 

@@ -23,7 +23,7 @@ from app.config import AdminKey, AppConfig, PoolConfig
 from app.federation_wire import ADMIN_KEY_HEADER
 from app.http_io import read_limited_body
 from app.openai_api import APIError, invalid_request
-from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 from deployments.admin import app_details
 from deployments.metrics import IngressMetrics
 from deployments.phase_split import PhaseSplit
@@ -80,7 +80,7 @@ class IngressState:
         self.running_replicas: dict[str, int] = {}
         self._pool_status = pool_status
 
-    def apply_plan(self, plan: ClusterPlan) -> None:
+    def apply_plan(self, plan: PublishedPlan) -> None:
         """Serving deployments (shadow TP changes), drained pools and running replicas from
         the controller's plan."""
         self.serving = {pool: dep for pool, dep in plan.serving.items() if dep in self.pools}

@@ -1,4 +1,4 @@
-"""Where the controller publishes the ClusterPlan and the runtime picks it up.
+"""Where the controller publishes its plan (a PublishedPlan) and the runtime picks it up.
 
 Serve's autoscaling policy returns only replica counts; the rest of a plan (TP,
 clocks, batch limits, routing weights, which deployment serves each shadow-TP pool)
@@ -31,7 +31,7 @@ from ray.experimental import internal_kv
 from ray.util import metrics as ray_metrics
 
 from app.cloud_load import ViewLoad
-from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 
 NAMESPACE = "wattwise"
 # Override fields the controller applies to its plan instead of the store layering them.
@@ -159,12 +159,12 @@ def plan_store(app_name: str):
     ).remote(app_name)
 
 
-def plan_to_dict(plan: ClusterPlan) -> dict[str, Any]:
+def plan_to_dict(plan: PublishedPlan) -> dict[str, Any]:
     return asdict(plan)
 
 
-def plan_from_dict(data: dict[str, Any]) -> ClusterPlan:
-    return ClusterPlan(**data)
+def plan_from_dict(data: dict[str, Any]) -> PublishedPlan:
+    return PublishedPlan(**data)
 
 
 class PlanAge:
@@ -190,7 +190,7 @@ class PlanAge:
         return age_s
 
 
-async def follow_plan(app_name: str, apply: Callable[[ClusterPlan], None], period_s: float = 1.0) -> None:
+async def follow_plan(app_name: str, apply: Callable[[PublishedPlan], None], period_s: float = 1.0) -> None:
     """Poll the store forever, calling `apply` with each new plan. A store that died for
     good (not restarted by Ray) is looked up again by name, which recreates it."""
     store = plan_store(app_name)

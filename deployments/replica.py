@@ -23,6 +23,7 @@ from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
 from batching.continuous_batcher import RequestOverflowed, RequestShed
 from core.overheads import OverheadTable
 from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 from core.request import Request
 from deployments.gpu_actor import gpu_actor_for_this_node
 from deployments.kv_handoff import KvHandle, run_prompt, run_tokens
@@ -37,7 +38,7 @@ logger = logging.getLogger("ray.serve")
 
 # Follows the controller's plan forever, calling its argument with each new plan
 # (deployments.plan_store.follow_plan for this replica's app).
-PlanFollower = Callable[[Callable[[ClusterPlan], None]], Coroutine[Any, Any, None]]
+PlanFollower = Callable[[Callable[[PublishedPlan], None]], Coroutine[Any, Any, None]]
 
 
 @dataclass(frozen=True)

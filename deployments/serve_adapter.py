@@ -47,6 +47,7 @@ from autoscaling.shadow_rollout import (
 )
 from core.classes import LengthClassConfig
 from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 from core.stats import CLASS_FIELD_PREFIXES, ReplicaStats
 from core.view import ClusterView, DeploymentView
 from deployments.metrics import zero_counter
@@ -224,7 +225,7 @@ class AppAutoscalingPolicy:
         self.pins = OperatorPins()
         self.failures = 0
         self.fail_static_reason: str | None = None
-        self._published: tuple[ClusterPlan, dict[str, Any]] | None = None
+        self._published: tuple[PublishedPlan, dict[str, Any]] | None = None
         self._published_s = float("-inf")  # controller time of the last publish
         self._changed_s = 0.0  # controller time the published plan last changed
         self.plan_version = 0  # plans published that differed from the one before
@@ -261,7 +262,7 @@ class AppAutoscalingPolicy:
         if metrics is not None:
             metrics.record(reason)
 
-    def _publish(self, plan: ClusterPlan, app_name: str | None, now: float) -> None:
+    def _publish(self, plan: PublishedPlan, app_name: str | None, now: float) -> None:
         """Hand TP, clocks, batch limits, routing and rollout state to the runtime (fire and
         forget): on a change, and every `republish_s` unchanged (plan age, store restarts)."""
         published = (plan, self.rollouts.report())

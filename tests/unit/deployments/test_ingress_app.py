@@ -17,7 +17,7 @@ from fastapi.testclient import TestClient
 
 from app.config import AppConfig, hash_key
 from core.paths import SERVE_CONFIG
-from core.plan import ClusterPlan
+from core.published_plan import PublishedPlan
 from deployments.ingress import Ingress, pool_ready
 from deployments.messages import Prefilled, ReplicaChunk, Shed, SplitwiseReport, Squashed
 from deployments.replica import LLMReplica
@@ -168,12 +168,12 @@ def test_a_backed_up_pool_overflows_to_another_serving_pool_in_order(client: Tes
         assert backed_up.limits[1:] == [ingress.config.pool_overflow.backed_up_tokens]
         # The controller's plan counts no replica running in that pool (folded, or starting):
         # the request overflows past it to the one after.
-        ingress.apply_plan(ClusterPlan(routing_weights=own, running_replicas={others[0]: 0}))
+        ingress.apply_plan(PublishedPlan(routing_weights=own, running_replicas={others[0]: 0}))
         r = client.post("/v1/completions", headers=_auth(), json=body)
         assert r.status_code == 200, r.text
         assert r.json()["wattwise"]["pool"] == others[1]
     finally:
-        ingress.apply_plan(ClusterPlan())
+        ingress.apply_plan(PublishedPlan())
 
 
 def test_replica_messages_pickle() -> None:
