@@ -44,54 +44,59 @@ from core.kv_budget import KV_BUDGET
 from energy.profile import EnergyProfile
 
 
-class ShapePlannerConfig(BaseModel):
+class ShapePlannerTuning(BaseModel):
+    """The planner's constants chosen on traces, not settings an operator sizes a fleet with. Each
+    says which data chose it (docs/results/2026-12-05-tuning-log.md): a new value is a new
+    experiment, judged on data it was not chosen on."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    headroom: float = Field(default=0.7, gt=0, le=1, description="Share of the TBT target to plan for.")
+    headroom: float = Field(default=0.7, gt=0, le=1, description=(
+        "Share of the TBT target to plan for. Tuned on conv's first half (t < 1800 s)."))
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
         "Share of the TTFT target's slack above a prompt's own prefill that the planned wait may "
         "fill: the profile's TTFT is a mean (M/D/1 queueing), the SLO is judged per request, so "
-        "the tail of the wait needs room the mean does not show (the prefill itself does not vary)."))
-    kv_budget: float = Field(default=KV_BUDGET, gt=0, le=1, description=(
-        "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
-        "perf model; a measured profile already shows what its engines held). throttLL'eM's "
-        "admission reserves each request's projected peak, so a replica planned to its last KV "
-        "block turns prompts away at the door while decodes finish."))
+        "the tail of the wait needs room the mean does not show (the prefill itself does not vary). "
+        "Tuned on conv's first half; read on the slack above the prefill since `cb572c4` (conv's "
+        "first half on Splitwise's H100 and A100 profiles)."))
     burst_margin: float = Field(default=0.25, ge=0, description=(
         "Extra load planned above the trailing peak rate, for bursts inside the re-plan period: "
         "the most a pool plans for, and what it plans for until it has `bursty_lookback_s` of "
-        "history (with `margin_from_history`)."))
+        "history (with `margin_from_history`). "
+        "Tuned on conv's first half."))
     margin_from_history: bool = Field(default=True, description=(
         "A steady pool with `bursty_lookback_s` of history plans for the largest rise of its "
         "interactive rate above its trailing peak over that window (at most `burst_margin`, at "
         "least none): conversation traffic drifts a few percent above its 2-minute peak, "
-        "coding traffic's bursts many times over it. False: `burst_margin` for every pool."))
-    lookback_s: float = Field(default=120.0, gt=0, description="Window of the trailing peak rate.")
+        "coding traffic's bursts many times over it. False: `burst_margin` for every pool. "
+        "Tuned on conv's first half (`3e395f9`, docs/results/2026-12-02-margin-from-history.md)."))
+    lookback_s: float = Field(default=120.0, gt=0, description=(
+        "Window of the trailing peak rate. Tuned on conv's first half."))
     bursty_cv: float = Field(default=1.0, gt=0, description=(
         "A pool whose interactive rate over `bursty_lookback_s` varies more than this (std over "
         "mean of the plans' rates) is bursty: on/off traffic that a short trailing peak forgets "
-        "between bursts."))
+        "between bursts. "
+        "Tuned on the first halves of conv and code (`73769f9`)."))
     bursty_lookback_s: float = Field(default=900.0, gt=0, description=(
         "Window of the trailing peak rate for a bursty pool; a pool stays bursty this long after "
         "it last varied more than `bursty_cv` (bursts close together vary less over the window, "
-        "yet each still needs the instances the last one did)."))
+        "yet each still needs the instances the last one did). "
+        "Tuned on the first halves of conv and code (`73769f9`); how long a pool stays bursty was "
+        "read from code's second half (`484bc03`)."))
     warmup_s: float = Field(default=120.0, ge=0, description=(
         "For this long after a pool's first plan it neither shrinks nor counts as bursty: its "
-        "replicas' arrival-rate windows fill from zero, a ramp that reads as low and varying load."))
+        "replicas' arrival-rate windows fill from zero, a ramp that reads as low and varying load. "
+        "Tuned on conv's first half."))
     batch_window_s: float = Field(default=900.0, gt=0, description=(
         "Batch work is planned at its mean rate over this window, without a burst margin: it "
-        "waits for spare capacity behind interactive work (Chiron), its deadlines are hours."))
+        "waits for spare capacity behind interactive work (Chiron), its deadlines are hours. "
+        "Set with Chiron's layer on conv's first half (`21215af`), not tuned since."))
     downscale_hold_s: float = Field(default=90.0, ge=0, description=(
-        "A smaller instance count must be enough for this long before the pool shrinks."))
-    min_instances: int = Field(default=1, ge=0, description=(
-        "Warm instances every serving pool keeps (a pool folded into another keeps none)."))
-    follow_measured_speed: bool = Field(default=True, description=(
-        "Plan each pool on the step times its replicas measure against the profile "
-        "(ReplicaStats.step_time_ratio, batching.step_speed): a pool whose engine runs f times "
-        "slower than the profile is planned as the profile's engine at f times the load and 1/f "
-        "of the SLOs. False: trust the profile."))
+        "A smaller instance count must be enough for this long before the pool shrinks. "
+        "Tuned on conv's first half."))
     speed_deadband: float = Field(default=0.1, ge=0, description=(
-        "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile)."))
+        "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile). "
+        "Assumed (step-time noise), not tuned (`75e7821`)."))
     held_gpu_w: float = Field(default=200.0, ge=0, description=(
         "What one GPU held costs beyond its power, in watts: a steady pool's shape is the one of "
         "least planned power plus this per GPU, and folds and TP changes weigh the same sum. 0: "
@@ -99,18 +104,41 @@ class ShapePlannerConfig(BaseModel):
         "between near-equal shapes, watts the replicas' per-step clock does not save. A bursty "
         "pool is priced at power alone: its clock headroom absorbs bursts beyond the window's "
         "peak. A GPU-hour's rental over a kWh's price is ~20 kW; 200 W breaks the profile's "
-        "near-ties without trading SLO on the benches (docs/one-controller.md)."))
+        "near-ties without trading SLO on the benches (docs/one-controller.md). "
+        "Tuned on conv and code (docs/results/2026-11-26-held-gpu-worth.md)."))
     young_fold_cv: float | None = Field(default=0.3, gt=0, description=(
         "Pools one of which has under `bursty_lookback_s` of history newly fold only if their "
         "summed interactive rate since their replicas' rate windows filled (`RATE_WINDOW_S` "
         "after the first plan) varied at most this much (std over mean; silence has shown "
         "nothing): two minutes of conversation traffic vary 0.1-0.3 per pool, the coding "
         "trace's on/off minutes 0.7-0.9 (0.4-0.5 at twice its rate) before its long window "
-        "calls them bursty. None: no such check."))
+        "calls them bursty. None: no such check. "
+        "Tuned on the first halves of conv and code (docs/results/2026-12-02-young-pools-fold.md)."))
     first_epoch_s: float = Field(default=120.0, ge=0, description=(
         "The first pool epoch (a TP change or a fold may happen) comes this long after the first "
         "plan: `warmup_s` of observed load first, then the shape the operator started with may "
-        "go (a fold only where `young_fold_cv` finds the load steady)."))
+        "go (a fold only where `young_fold_cv` finds the load steady). "
+        "Tuned on the first halves of conv and code (docs/results/2026-12-02-margin-from-history.md)."))
+
+
+class ShapePlannerConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kv_budget: float = Field(default=KV_BUDGET, gt=0, le=1, description=(
+        "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
+        "perf model; a measured profile already shows what its engines held). throttLL'eM's "
+        "admission reserves each request's projected peak, so a replica planned to its last KV "
+        "block turns prompts away at the door while decodes finish."))
+    min_instances: int = Field(default=1, ge=0, description=(
+        "Warm instances every serving pool keeps (a pool folded into another keeps none)."))
+    follow_measured_speed: bool = Field(default=True, description=(
+        "Plan each pool on the step times its replicas measure against the profile "
+        "(ReplicaStats.step_time_ratio, batching.step_speed): a pool whose engine runs f times "
+        "slower than the profile is planned as the profile's engine at f times the load and 1/f "
+        "of the SLOs. False: trust the profile."))
+    tuning: ShapePlannerTuning = Field(default_factory=ShapePlannerTuning, description=(
+        "Constants chosen on traces (windows, margins, headrooms, the bursty rule), each with the "
+        "data it was chosen on."))
 
 
 @dataclass(frozen=True)
@@ -358,18 +386,19 @@ class PoolShapePlanner:
         self._margin[pool] = self._burst_margin(pool, history, total * (1 - share), now_s)
         history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
                         {c: r * share for c, r in rates.items()}))
-        horizon = max(self.config.lookback_s, self.config.batch_window_s, self.config.bursty_lookback_s)
+        tuning = self.config.tuning
+        horizon = max(tuning.lookback_s, tuning.batch_window_s, tuning.bursty_lookback_s)
         while history and history[0][0] < now_s - horizon:
             history.popleft()
         peak: dict[str, float] = {}
         batch_sum: dict[str, float] = {}
-        lookback_s = self.config.lookback_s
-        totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - self.config.bursty_lookback_s])
+        lookback_s = tuning.lookback_s
+        totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - tuning.bursty_lookback_s])
         mean = totals.mean() if len(totals) > 2 else 0.0
-        if mean > 0 and totals.std() / mean > self.config.bursty_cv and not self.warming_up(pool, now_s):
-            self._bursty_until[pool] = now_s + self.config.bursty_lookback_s  # stays bursty a window long
+        if mean > 0 and totals.std() / mean > tuning.bursty_cv and not self.warming_up(pool, now_s):
+            self._bursty_until[pool] = now_s + tuning.bursty_lookback_s  # stays bursty a window long
         if self.is_bursty(pool, now_s):
-            lookback_s = self.config.bursty_lookback_s
+            lookback_s = tuning.bursty_lookback_s
         for t, interactive, batch in history:
             if t >= now_s - lookback_s:
                 for cls, r in interactive.items():
@@ -389,26 +418,27 @@ class PoolShapePlanner:
         `bursty_lookback_s`; `burst_margin` until it has that much history, and for a bursty
         pool (planned at its long window's peak, which its next burst may exceed)."""
         cfg = self.config
-        peak = max((sum(i.values()) for t, i, _ in history if t >= now_s - cfg.lookback_s), default=0.0)
+        peak = max((sum(i.values()) for t, i, _ in history if t >= now_s - cfg.tuning.lookback_s), default=0.0)
         rises = self._rises.setdefault(pool, deque())
         if peak > 0 or interactive_rate > 0:
             rises.append((now_s, interactive_rate / peak - 1.0 if peak > 0 else math.inf))
-        while rises and rises[0][0] < now_s - cfg.bursty_lookback_s:
+        while rises and rises[0][0] < now_s - cfg.tuning.bursty_lookback_s:
             rises.popleft()
-        if (not cfg.margin_from_history or self.is_bursty(pool, now_s)
-                or now_s - self._first_planned_s[pool] < cfg.bursty_lookback_s):
-            return cfg.burst_margin
-        return min(max(max((r for _, r in rises), default=0.0), 0.0), cfg.burst_margin)
+        if (not cfg.tuning.margin_from_history or self.is_bursty(pool, now_s)
+                or now_s - self._first_planned_s[pool] < cfg.tuning.bursty_lookback_s):
+            return cfg.tuning.burst_margin
+        return min(max(max((r for _, r in rises), default=0.0), 0.0), cfg.tuning.burst_margin)
 
     def burst_margin(self, pools: Collection[str]) -> float:
         """The largest margin these pools' load was last planned with."""
-        return max((self._margin.get(p, self.config.burst_margin) for p in pools), default=self.config.burst_margin)
+        margin = self.config.tuning.burst_margin
+        return max((self._margin.get(p, margin) for p in pools), default=margin)
 
     def at_epoch(self, now_s: float) -> bool:
         """Whether a pool epoch (TP changes, pool folding) is due; the first comes
         `first_epoch_s` after the first plan, so load is observed first."""
         if self._next_epoch_s is None:
-            self._next_epoch_s = self._first_epoch_at_s = now_s + self.config.first_epoch_s
+            self._next_epoch_s = self._first_epoch_at_s = now_s + self.config.tuning.first_epoch_s
         return now_s >= self._next_epoch_s
 
     def dilation(self, pool: str, step_time_ratios: list[float], work_ratios: Collection[float] = ()) -> Dilation:
@@ -425,7 +455,7 @@ class PoolShapePlanner:
             return self._dilation.get(pool, AS_PROFILED)
         ratio = float(np.median(measured))
         work = float(np.median(list(work_ratios))) if work_ratios else 1.0
-        deadband = self.config.speed_deadband
+        deadband = self.config.tuning.speed_deadband
         dilation = Dilation(1.0 if abs(ratio - 1.0) <= deadband else ratio, 1.0 if 1.0 - work <= deadband else work)
         self._dilation[pool] = dilation
         return dilation
@@ -439,10 +469,10 @@ class PoolShapePlanner:
         with (`burst_margin(pools)`; default: the configured one)."""
         cfg = self.config
         rates = dilation.rates(planned)
-        margin = cfg.burst_margin if burst_margin is None else burst_margin
+        margin = cfg.tuning.burst_margin if burst_margin is None else burst_margin
         load = {cls: r / (1.0 + margin) for cls, r in rates.items()} if replicas.pick_clock else None
-        return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.headroom),
-                              cfg.min_instances, gpus_available, ttft_headroom=cfg.ttft_headroom,
+        return cheapest_shape(self.profile, rates, self.lengths, dilation.headroom(cfg.tuning.headroom),
+                              cfg.min_instances, gpus_available, ttft_headroom=cfg.tuning.ttft_headroom,
                               slo_scale=dilation.slo_scale,
                               max_instances=max_instances, tps=tps, deadline_step_s=replicas.deadline_step_s,
                               load_rates=load, held_gpu_w=held_gpu_w, clock_floor_mhz=replicas.clock_floor_mhz)
@@ -455,7 +485,7 @@ class PoolShapePlanner:
         if tp in self.profile.tensor_parallel_degrees:
             for clock in sorted(self.profile.clocks_mhz):
                 need = needed_instances(self.profile, dilation.rates(planned), tp, clock, self.lengths,
-                                        dilation.headroom(cfg.headroom), cfg.ttft_headroom,
+                                        dilation.headroom(cfg.tuning.headroom), cfg.tuning.ttft_headroom,
                                         replicas.deadline_step_s, slo_scale=dilation.slo_scale)
                 if need is not None and need <= instances + 1e-9:
                     return clock
@@ -465,12 +495,12 @@ class PoolShapePlanner:
         """What a GPU held is worth to shapes serving these pools: `held_gpu_w`, or nothing if
         one of them is bursty (its clock headroom above the planned floor is what absorbs a
         burst beyond the window's peak; fewer GPUs at a higher clock would spend it)."""
-        return 0.0 if any(self.is_bursty(p, now_s) for p in pools) else self.config.held_gpu_w
+        return 0.0 if any(self.is_bursty(p, now_s) for p in pools) else self.config.tuning.held_gpu_w
 
     def warming_up(self, pool: str, now_s: float) -> bool:
         """Whether the pool was first planned less than `warmup_s` ago (a pool not yet
         planned is: its first plan is now)."""
-        return now_s - self._first_planned_s.get(pool, now_s) < self.config.warmup_s
+        return now_s - self._first_planned_s.get(pool, now_s) < self.config.tuning.warmup_s
 
     def may_newly_fold(self, pools: Collection[str], now_s: float) -> bool:
         """Whether these pools' load has shown it steady enough to fold onto one host: none is
@@ -480,7 +510,7 @@ class PoolShapePlanner:
         if any(self.is_bursty(p, now_s) for p in pools):
             return False
         firsts = [self._first_planned_s.get(p, now_s) for p in pools]
-        if cfg.young_fold_cv is None or now_s - max(firsts) >= cfg.bursty_lookback_s:
+        if cfg.tuning.young_fold_cv is None or now_s - max(firsts) >= cfg.tuning.bursty_lookback_s:
             return True
         since_s = max(firsts) + RATE_WINDOW_S
         summed: dict[float, float] = {}
@@ -489,7 +519,7 @@ class PoolShapePlanner:
                 if t >= since_s:
                     summed[t] = summed.get(t, 0.0) + sum(interactive.values())
         totals = np.array(list(summed.values()))
-        return len(totals) > 2 and totals.mean() > 0 and totals.std() / totals.mean() <= cfg.young_fold_cv
+        return len(totals) > 2 and totals.mean() > 0 and totals.std() / totals.mean() <= cfg.tuning.young_fold_cv
 
     def is_bursty(self, pool: str, now_s: float) -> bool:
         """Whether the pool's load crossed `bursty_cv` within the last `bursty_lookback_s`."""
@@ -550,7 +580,7 @@ class PoolShapePlanner:
             instances = max(instances, current.instances)
         elif tp_kept and instances < current.instances:
             since = self._lower_since.setdefault(pool, now_s)
-            if now_s - since < cfg.downscale_hold_s:
+            if now_s - since < cfg.tuning.downscale_hold_s:
                 instances = current.instances
             else:
                 self._lower_since.pop(pool, None)

@@ -18,6 +18,7 @@ from autoscaling.dynamollm.shape_planner import (
     PoolShape,
     PoolShapePlanner,
     ShapePlannerConfig,
+    ShapePlannerTuning,
     cheapest_shape,
     needed_instances,
     shape_power_w,
@@ -221,7 +222,7 @@ def test_a_held_gpu_is_worth_a_few_watts_to_the_planner(profile) -> None:
     assert power_only.power_w < weighed.power_w < power_only.power_w + 200.0 * (gpus(power_only) - gpus(weighed))
     # Worth its watts to a steady pool only: a bursty pool's clock headroom absorbs its bursts.
     planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
-    assert planner.gpu_worth_w(["p"], 0.0) == ShapePlannerConfig().held_gpu_w == 200.0
+    assert planner.gpu_worth_w(["p"], 0.0) == ShapePlannerConfig().tuning.held_gpu_w == 200.0
     planner.planning_rates("p", {"LM": 0.0}, 0.0, 0.0)
     for t in range(150, 300, 5):  # on/off: 20 req/s every other minute, past the warm-up
         planner.planning_rates("p", {"LM": 20.0 if t // 60 % 2 else 0.0}, 0.0, float(t))
@@ -240,6 +241,11 @@ def test_mixed_classes_on_one_replica_cost_their_utilisation_not_a_busy_gpu_each
                + shape_power_w(profile, {"MM": other / 4}, 2, 1400, 1))
     assert both_w < apart_w
     assert both_w <= max(alone_w, shape_power_w(profile, {"MM": other / 2}, 2, 1400, 1)) + 1e-6
+
+
+def _tuned(**changes) -> ShapePlannerConfig:
+    """The planner's config with some of its trace-tuned constants changed."""
+    return ShapePlannerConfig(tuning=ShapePlannerTuning(**changes))
 
 
 def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replicas: int = 0,
@@ -282,11 +288,11 @@ def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_class
     load that is not the real one."""
     low = {"SS": 0.3, "MM": 0.3, "LS": 0.3}
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    warming = _run(policy, low, policy.config.planner.warmup_s - 1.0)
+    warming = _run(policy, low, policy.config.planner.tuning.warmup_s - 1.0)
     assert all(warming.replicas[p] >= 1 for p in POOLS)
     # The fold is decided at the first pool epoch, at the warm-up's end (the load is steady);
     # the classes move a plan later, once the medium pool serves the shape planned for them.
-    later = _run(policy, low, policy.config.planner.first_epoch_s + policy.config.plan_interval_s + 1.0,
+    later = _run(policy, low, policy.config.planner.tuning.first_epoch_s + policy.config.plan_interval_s + 1.0,
                  plan=warming)
     folded = [p for p in POOLS if later.replicas[p] == 0]
     assert folded == ["pool-short", "pool-medium"]
@@ -294,7 +300,7 @@ def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_class
         assert later.routing_weights[cls] == {"pool-long": 1.0}
     assert later.replicas["pool-long"] >= 1
     kept = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    pinned = _run(kept, low, kept.config.planner.first_epoch_s + kept.config.pool_epoch_s + 1.0, min_replicas=1)
+    pinned = _run(kept, low, kept.config.planner.tuning.first_epoch_s + kept.config.pool_epoch_s + 1.0, min_replicas=1)
     assert all(pinned.replicas[p] >= 1 for p in POOLS)
     assert pinned.routing_weights["SS"] == {"pool-short": 1.0}
 
@@ -312,8 +318,8 @@ def test_each_layer_writes_its_own_entries_of_a_folded_plan(profile, monkeypatch
     monkeypatch.setattr(wattwise_module, "compose", recording)
     low = {"SS": 0.3, "MM": 0.3, "LS": 0.3}
     policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
-    warming = _run(policy, low, policy.config.planner.warmup_s - 1.0)
-    _run(policy, low, policy.config.planner.first_epoch_s + policy.config.plan_interval_s + 1.0, plan=warming)
+    warming = _run(policy, low, policy.config.planner.tuning.warmup_s - 1.0)
+    _run(policy, low, policy.config.planner.tuning.first_epoch_s + policy.config.plan_interval_s + 1.0, plan=warming)
     assert all(tuple(parts) == PLAN_LAYERS for parts in composed)
     assert set(PLAN_LAYERS) == {d.plan_layer for d in DECISIONS if d.plan_layer}
     last = composed[-1]
@@ -328,7 +334,7 @@ def test_pools_whose_replicas_run_off_the_profile_neither_fold_nor_change_tp(pro
     speed at one TP and class mix says little of another: engines 1.8-3.3x slower, a fold onto
     TP4 replicas that measured 2.8x where the TP2 ones had 2.1x left the pool short for 30 s."""
     low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
-    until_s = WattwiseConfig(pools=POOLS).planner.first_epoch_s + WattwiseConfig(pools=POOLS).pool_epoch_s + 10.0
+    until_s = WattwiseConfig(pools=POOLS).planner.tuning.first_epoch_s + WattwiseConfig(pools=POOLS).pool_epoch_s + 10.0
     as_profiled = _run(WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile), low, until_s,
                        step_time_ratio=1.0)
     assert any(as_profiled.replicas[p] == 0 for p in POOLS)  # folds, as at no measured deviation
@@ -339,7 +345,7 @@ def test_pools_whose_replicas_run_off_the_profile_neither_fold_nor_change_tp(pro
     rates, running, off = {"LL": 4.0}, PoolShape(2, 2, 1980, math.inf), Dilation(1.2)
 
     def planner() -> PoolShapePlanner:
-        return PoolShapePlanner(profile, ShapePlannerConfig(first_epoch_s=0.0), LENGTHS, 33.0, 300.0)
+        return PoolShapePlanner(profile, _tuned(first_epoch_s=0.0), LENGTHS, 33.0, 300.0)
 
     switch, same_tp = planner().cheapest(rates, 96, dilation=off), planner().cheapest(rates, 96, tps=[2], dilation=off)
     assert switch is not None and same_tp is not None
@@ -359,7 +365,7 @@ def test_a_pool_that_must_grow_starts_the_cheaper_tps_instances_without_waiting_
     running = PoolShape(tensor_parallel=4, instances=1, clock_mhz=max(profile.clocks_mhz), power_w=math.inf)
 
     def between_epochs() -> PoolShapePlanner:
-        planner = PoolShapePlanner(profile, ShapePlannerConfig(first_epoch_s=0.0), LENGTHS,
+        planner = PoolShapePlanner(profile, _tuned(first_epoch_s=0.0), LENGTHS,
                                    reconfigure_cost_s=33.0, pool_epoch_s=300.0)
         assert planner.at_epoch(0.0)
         planner.end_epoch(0.0)  # the next one is 300 s away
@@ -387,7 +393,7 @@ def test_a_folded_pools_classes_move_only_once_the_host_serves_its_planned_shape
     low = {"SS": 0.2, "MM": 0.2, "LM": 0.2}
     config = WattwiseConfig(pools=POOLS, tensor_parallel_options={"pool-long": [2]})
     policy = WattwisePolicy(config, profile=profile)
-    until_s = config.planner.first_epoch_s + config.pool_epoch_s + 1.0
+    until_s = config.planner.tuning.first_epoch_s + config.pool_epoch_s + 1.0
     held = _run(policy, low, until_s, tp={"pool-long": 4})
     assert [g.members for g in policy._folding.groups][-1][-2:] == ("pool-medium", "pool-long")  # folded...
     assert held.routing_weights["MM"] == {"pool-medium": 1.0} and held.replicas["pool-medium"] >= 1  # ...not moved
@@ -558,12 +564,12 @@ def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_least_power
     config = WattwiseConfig(pools={"pool-short": POOLS["pool-short"]}, fold_pools=False,
                             tensor_parallel_options={"pool-short": [8]})
     load = {"SS": 20.0}
-    shape = cheapest_shape(profile, {"SS": 20.0 * 1.25}, LENGTHS, config.planner.headroom, 1, 96, tps=[8],
-                           ttft_headroom=config.planner.ttft_headroom, load_rates=load)
+    shape = cheapest_shape(profile, {"SS": 20.0 * 1.25}, LENGTHS, config.planner.tuning.headroom, 1, 96, tps=[8],
+                           ttft_headroom=config.planner.tuning.ttft_headroom, load_rates=load)
     assert shape is not None
     carrying = [c for c in profile.clocks_mhz
-                if (n := needed_instances(profile, load, 8, c, LENGTHS, config.planner.headroom,
-                                          config.planner.ttft_headroom, cross_class_wait=False)) is not None
+                if (n := needed_instances(profile, load, 8, c, LENGTHS, config.planner.tuning.headroom,
+                                          config.planner.tuning.ttft_headroom, cross_class_wait=False)) is not None
                 and n <= shape.instances]
     lowest = shape.run_clock_mhz
     assert lowest == min(carrying, key=lambda c: shape_power_w(profile, load, 8, c, shape.instances))
@@ -604,7 +610,7 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     peak of the last `bursty_lookback_s`, so the next burst finds the instances the last one
     needed; a steady pool that peaked plans for its recent rate once `lookback_s` has passed."""
     config = ShapePlannerConfig()
-    margin = 1.0 + config.burst_margin
+    margin = 1.0 + config.tuning.burst_margin
 
     def planned_after(rate_at, end_s: float = 600.0) -> float:
         planner = PoolShapePlanner(profile, config, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
@@ -647,7 +653,7 @@ def test_a_pool_plans_for_the_largest_rise_above_its_peak_it_showed(profile) -> 
         t, planned, peak = 0.0, 0.0, 0.0
         while t <= end_s:
             planned = planner.planning_rates("pool-long", {"LM": rate_at(t)}, 0.0, t)["LM"]
-            peak = max(rate_at(u) for u in np.arange(max(t - cfg.lookback_s, 0.0), t + 1.0, 5.0))
+            peak = max(rate_at(u) for u in np.arange(max(t - cfg.tuning.lookback_s, 0.0), t + 1.0, 5.0))
             t += 5.0
         return planned / peak - 1.0
 
@@ -657,12 +663,12 @@ def test_a_pool_plans_for_the_largest_rise_above_its_peak_it_showed(profile) -> 
     def jump(t: float) -> float:  # the same, 14 req/s for a minute at t = 1,000 s
         return 14.0 if 1000.0 <= t < 1060.0 else drifting(t)
 
-    assert margin_at(drifting, 600.0) == pytest.approx(config.burst_margin)  # not a window of history yet
+    assert margin_at(drifting, 600.0) == pytest.approx(config.tuning.burst_margin)  # not a window of history yet
     assert 0.0 < margin_at(drifting, 1200.0) < 0.02
-    assert margin_at(jump, 1500.0) == pytest.approx(config.burst_margin)  # 40% over its peak, capped
+    assert margin_at(jump, 1500.0) == pytest.approx(config.tuning.burst_margin)  # 40% over its peak, capped
     assert margin_at(jump, 2100.0) < 0.02  # a window after the jump
-    fixed = config.model_copy(update={"margin_from_history": False})
-    assert margin_at(drifting, 1200.0, fixed) == pytest.approx(config.burst_margin)
+    fixed = _tuned(margin_from_history=False)
+    assert margin_at(drifting, 1200.0, fixed) == pytest.approx(config.tuning.burst_margin)
 
 
 def test_young_pools_fold_only_on_load_that_has_shown_itself_steady(profile) -> None:
@@ -693,8 +699,8 @@ def test_young_pools_fold_only_on_load_that_has_shown_itself_steady(profile) -> 
     assert may_fold_at(steady, 121.0)
     assert not may_fold_at(on_off, 121.0)
     assert not may_fold_at(lambda t: 0.0, 121.0)  # silence shows nothing
-    assert may_fold_at(on_off, 121.0, config.model_copy(update={"young_fold_cv": None}))
-    assert may_fold_at(on_off, config.bursty_lookback_s + 10.0)  # under bursty_cv, and old enough
+    assert may_fold_at(on_off, 121.0, _tuned(young_fold_cv=None))
+    assert may_fold_at(on_off, config.tuning.bursty_lookback_s + 10.0)  # under bursty_cv, and old enough
 
 
 def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bursts(profile) -> None:
@@ -707,7 +713,7 @@ def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bur
     light = 0.2  # req/s of LM that one TP2 instance carries
 
     def after(end_s: float, warmup_s: float) -> tuple[int, bool]:
-        planner = PoolShapePlanner(profile, config.model_copy(update={"warmup_s": warmup_s}), LENGTHS,
+        planner = PoolShapePlanner(profile, _tuned(warmup_s=warmup_s), LENGTHS,
                                    reconfigure_cost_s=33.0, pool_epoch_s=300.0)
         t, shape = 0.0, start
         while t <= end_s:
@@ -717,9 +723,9 @@ def test_a_pool_warming_up_keeps_its_instances_and_does_not_read_the_ramp_as_bur
             t += 5.0
         return shape.instances, planner.is_bursty("pool-long", t)
 
-    assert after(110.0, config.warmup_s) == (3, False)
+    assert after(110.0, config.tuning.warmup_s) == (3, False)
     assert after(110.0, 0.0) == (1, True)  # without a warm-up: the ramp is a burst, the pool shrinks at 90 s
-    assert after(400.0, config.warmup_s) == (1, False)  # then it follows the load it has seen
+    assert after(400.0, config.tuning.warmup_s) == (1, False)  # then it follows the load it has seen
 
 
 def test_planner_simulator_and_serve_engine_share_one_overhead_table() -> None:
@@ -792,7 +798,7 @@ def test_a_bursty_pool_does_not_newly_fold_and_a_fold_in_force_stays(profile) ->
     five TP2 replicas to two met 82% of TTFTs in the burst's minute). So a fold that joins a
     bursty pool is not made; one in force is not undone when a folded pool turns bursty."""
     config = WattwiseConfig(pools=POOLS)
-    until_s = config.planner.first_epoch_s + config.pool_epoch_s + config.plan_interval_s + 1.0
+    until_s = config.planner.tuning.first_epoch_s + config.pool_epoch_s + config.plan_interval_s + 1.0
 
     def run(policy: WattwisePolicy, ss_at, end_s: float, plan: ClusterPlan | None = None) -> ClusterPlan:
         t = 0.0 if plan is None else policy._next_plan_s
@@ -803,7 +809,7 @@ def test_a_bursty_pool_does_not_newly_fold_and_a_fold_in_force_stays(profile) ->
         return plan
 
     def bursts(t: float) -> float:  # 20 s of 1 req/s every 120 s, from the warm-up's end
-        return 1.0 if t >= config.planner.warmup_s and t % 120.0 < 20.0 else 0.05
+        return 1.0 if t >= config.planner.tuning.warmup_s and t % 120.0 < 20.0 else 0.05
 
     bursty = WattwisePolicy(config, profile=profile)
     kept = run(bursty, bursts, until_s)
@@ -811,8 +817,8 @@ def test_a_bursty_pool_does_not_newly_fold_and_a_fold_in_force_stays(profile) ->
     assert kept.replicas["pool-short"] >= 1 and kept.routing_weights["SS"] == {"pool-short": 1.0}
     # The same arrivals read as steady (no CV crosses `bursty_cv`, a young pool's load unchecked)
     # fold the short pool.
-    steady_config = config.model_copy(update={"planner": config.planner.model_copy(
-        update={"bursty_cv": 1e9, "young_fold_cv": None})})
+    steady_config = config.model_copy(update={"planner": config.planner.model_copy(update={
+        "tuning": config.planner.tuning.model_copy(update={"bursty_cv": 1e9, "young_fold_cv": None})})})
     steady = WattwisePolicy(steady_config, profile=profile)
     assert run(steady, bursts, until_s).replicas["pool-short"] == 0
     # Folded at steady load, the short pool stays folded through the next epoch once it bursts.

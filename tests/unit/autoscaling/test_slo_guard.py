@@ -179,7 +179,7 @@ def test_a_guarded_class_runs_its_pool_flat_out_and_unfolded_and_the_plan_says_s
     rates = {"SS": 0.3, "MM": 0.3, "LM": 2.2}
     config = WattwiseConfig(pools=POOLS)
     top = max(profile.clocks_mhz)
-    settled_s = config.planner.first_epoch_s + 2 * config.pool_epoch_s
+    settled_s = config.planner.tuning.first_epoch_s + 2 * config.pool_epoch_s
     guarded, twin = WattwisePolicy(config, profile=profile), WattwisePolicy(config, profile=profile)
     before = _run(guarded, rates, 0.0, settled_s)
     assert before == _run(twin, rates, 0.0, settled_s)
@@ -228,7 +228,7 @@ def test_a_guarded_pool_keeps_the_tp_it_runs(profile) -> None:
 
     def tp_after(met: int) -> int:
         policy, t, plan = WattwisePolicy(config, profile=profile), 0.0, ClusterPlan()
-        while t <= config.planner.first_epoch_s + config.pool_epoch_s:
+        while t <= config.planner.tuning.first_epoch_s + config.pool_epoch_s:
             replicas = plan.replicas.get("pool-long", 1)
             stats = ReplicaStats(tensor_parallel=plan.tensor_parallel.get("pool-long", 2),
                                  class_rates_per_s={"LL": 6.0 / replicas}, slo_completed={"LL": 100 // replicas},
