@@ -3,11 +3,11 @@
 Every saving of the one controller (low clocks, few instances, folded pools) is taken
 where its model says the SLOs still hold. On a workload the model describes badly (the
 Mooncake trace's long prompts: TTFTs queue beyond what its mean-based profile shows) the
-composite met 95.0% of SLOs where SinglePool and static-max-clock met 99.5-99.6%. The guard
-reads what the replicas measure: per length class, the interactive requests they finished
-over their trailing window and those that met their SLO, plus those already past their
+wattwise policy met 95.0% of SLOs where SinglePool and static-max-clock met 99.5-99.6%.
+The guard reads what the replicas measure: per length class, the interactive requests they
+finished over their trailing window and those that met their SLO, plus those already past their
 TTFT deadline without a token (core.slo_outcomes, ReplicaStats.slo_late), summed over the
-cluster. It names the classes below target; the composite stops saving for them
+cluster. It names the classes below target; the wattwise policy stops saving for them
 (autoscaling.wattwise) until the class has held its target for `recover_hold_s`, the
 hysteresis that keeps a pool from flapping between flat out and saving as the window's
 misses age out.
@@ -27,7 +27,7 @@ class SloGuardConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     enabled: bool = Field(default=True, description=(
-        "Guard each length class's SLO attainment; False: the composite saves whatever its "
+        "Guard each length class's SLO attainment; False: the wattwise policy saves whatever its "
         "model predicts (ablations)."))
     target_attainment: float = Field(default=0.99, gt=0, le=1, description=(
         "A class whose share of interactive requests meeting their SLO (TTFT and mean TBT), over "

@@ -60,8 +60,8 @@ def run_one(job: tuple[str, World, float, float]) -> dict[str, Any]:
     trace, world, start_s, duration_s = job
     config = SimConfig(profile=world.planned_profile)
     w = window(load_trace(trace), start_s, duration_s)
-    composite = None if world.follow else {"planner": ShapePlannerConfig(follow_measured_speed=False)}
-    pools, policy = build("wattwise", w, config, composite=composite)
+    settings = None if world.follow else {"planner": ShapePlannerConfig(follow_measured_speed=False)}
+    pools, policy = build("wattwise", w, config, wattwise_settings=settings)
     perf = default_perf_model(config.model, config.hardware, world.replicas_profile)
     raw = Simulator(w, policy, pools, config, perf=perf).run()
     ratios = [r.batcher.speed.ratio for r in raw.replicas if r.batcher is not None and r.batcher.speed is not None

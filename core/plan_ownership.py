@@ -1,7 +1,7 @@
 """One writer per plan entry: the layers of the one controller compose into one plan.
 
-Each layer of the composite controller (DynamoLLM's planner, Chiron's autoscalers, ...)
-publishes a partial ClusterPlan. `compose` stacks them and refuses an entry (a field for
+Each layer of the one controller (DynamoLLM's planner, Chiron's autoscalers, ...) publishes
+a partial ClusterPlan. `compose` stacks them and refuses an entry (a field for
 one deployment, e.g. `clock_mhz["pool-short"]`) that two layers both set: two owners of
 one decision is how DynamoLLM's pool clock came to be overwritten by throttLL'eM's
 within half a second. What only the runtime knows is not in a ClusterPlan

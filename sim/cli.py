@@ -65,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--grid-gco2-per-kwh", type=float, default=SimConfig().grid_gco2_per_kwh)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-slo-guard", action="store_true", help=(
-        "run the composite (wattwise) without its SLO guard (WattwiseConfig.slo_guard.enabled false)"))
+        "run the wattwise policy without its SLO guard (WattwiseConfig.slo_guard.enabled false)"))
     p.add_argument("--no-oracle", action="store_true", help=(
         "skip the oracle energy floor and the references beside it (a long run's 5 s windows take a while)"))
     p.add_argument("--json", type=Path, default=None, help="write one object per policy")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         unguarded = args.no_slo_guard and policy == "wattwise"
         try:
             summary, raw = simulate(policy, w, config, on_progress=progress(policy) if on_terminal else None,
-                                    composite={"slo_guard": {"enabled": False}} if unguarded else None)
+                                    wattwise_settings={"slo_guard": {"enabled": False}} if unguarded else None)
         except ValueError as exc:
             print(f"\n{policy}: {exc}", file=sys.stderr)
             return 2

@@ -16,11 +16,11 @@ from sim.workload import Workload
 
 def simulate(
     policy: str, w: Workload, config: SimConfig = SimConfig(),
-    on_progress: Callable[[float, float], None] | None = None, composite: dict[str, Any] | None = None,
+    on_progress: Callable[[float, float], None] | None = None, wattwise_settings: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], RawRun]:
-    """`composite`: WattwiseConfig settings over the composite's (sim.scenario.build)."""
+    """`wattwise_settings`: WattwiseConfig settings over the wattwise policy's (sim.scenario.build)."""
     started = time.perf_counter()
-    pools, controller = build(policy, w, config, composite=composite)
+    pools, controller = build(policy, w, config, wattwise_settings=wattwise_settings)
     built = time.perf_counter()
     raw = SIMULATORS.get(policy, Simulator)(w, controller, pools, config, on_progress=on_progress).run()
     wall_s = time.perf_counter() - built

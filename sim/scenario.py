@@ -375,8 +375,8 @@ def with_throttllem(setups: list[PoolSetup], config: SimConfig,
 class ThrottllemAlone:
     """throttLL'eM alone's settings in the simulated benches: the paper's by default (its
     autoscaler picks among every TP; the clock plans with ThrottllemConfig's headrooms, as the
-    composite's replicas do). Its clock always holds E2E deadlines only, as the paper schedules
-    (`hold_mean_tbt` is the composite's). `wattwise bench throttllem-engines` varies the rest."""
+    wattwise policy's replicas do). Its clock always holds E2E deadlines only, as the paper schedules
+    (`hold_mean_tbt` is the wattwise policy's). `wattwise bench throttllem-engines` varies the rest."""
 
     tensor_parallel_options: tuple[int, ...] | None = None  # None: every TP the profile has
     ttft_headroom: float | None = None  # ThrottllemConfig.ttft_headroom; None: its default
@@ -455,12 +455,12 @@ def provisioned(name: str, w: Workload, config: SimConfig,
 
 def build(
     name: str, w: Workload, config: SimConfig, lengths: LengthClassConfig = LengthClassConfig(),
-    composite: dict[str, Any] | None = None,
+    wattwise_settings: dict[str, Any] | None = None,
 ) -> tuple[list[PoolSetup], ControlPolicy]:
-    """The pools and policy of run `name`; `composite`: WattwiseConfig settings over the
-    composite's (e.g. its SLO guard off), for `wattwise` only."""
-    if composite and name != "wattwise":
-        raise ValueError(f"composite settings are for wattwise, not {name}")
+    """The pools and policy of run `name`; `wattwise_settings`: WattwiseConfig settings over the
+    wattwise policy's (e.g. its SLO guard off), for `wattwise` only."""
+    if wattwise_settings and name != "wattwise":
+        raise ValueError(f"wattwise settings are for the wattwise policy, not {name}")
     spec = SPECS.get(name, DEFAULT_SPEC)
     if spec.layout == "by_kind":
         setups, theta = chiron_pools(w, config, lengths)
@@ -493,7 +493,7 @@ def build(
         return setups, make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads,
-            **(composite or {}))
+            **(wattwise_settings or {}))
     if name == "throttllem":
         return throttllem_alone(setups, config)
     if not spec.pool_plan_args:

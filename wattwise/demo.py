@@ -4,7 +4,7 @@ Real processes end to end: a local Ray cluster started with `serve run`, real HT
 loopback, the real `openai` client. Requests keep the trace's arrival times and token
 counts (prompts are that many placeholder words, one token each; the modelled engine
 generates exactly max_tokens). Prints a summary next to the simulator's figures for the
-same window (the composite and SinglePool) and writes a PNG.
+same window (the wattwise policy and SinglePool) and writes a PNG.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample], cpu: StackCpu
 
 
 def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
-    """The simulator on the same window: the composite as the app ran it, and SinglePool
+    """The simulator on the same window: the wattwise policy as the app ran it, and SinglePool
     provisioned for the window's peak (its definition)."""
     w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
     config = SimConfig()

@@ -2,7 +2,7 @@
 queue's deadlines call for.
 
 Chiron alone adds batch replicas until batch backpressure (BBP: request groups whose
-estimated wait overruns their deadline, §5.3) is zero. Inside the composite, batch work runs
+estimated wait overruns their deadline, §5.3) is zero. Inside the wattwise policy, batch work runs
 on the length pools' replicas behind interactive work (Chiron's mixed replicas), so this
 layer's answer is load, not replicas: the batch request rate at which BBP is zero, which
 DynamoLLM's planner sizes the pools for like any other load (a floor under the batch mean it

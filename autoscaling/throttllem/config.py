@@ -68,7 +68,7 @@ class ThrottllemConfig(BaseModel):
         "GPUs' floor (the perf model's; throttLL'eM §III-A's efficiency sweet spot): below it the "
         "step's work stretches faster than its power falls, so a lower clock spends energy. For "
         "throttLL'eM alone, whose band is the GPU's whole range. False: the lowest clock that passes "
-        "the checks, inside the band; the composite's planner puts the band's floor at the "
+        "the checks, inside the band; the wattwise policy's planner puts the band's floor at the "
         "least-power clock that carries the pool's load, which a fixed load prices better than one "
         "step does (conv's first half: 0.99 against 1.03 kWh)."))
     clock_lower_interval_s: float = Field(default=1.0, ge=0, description=(

@@ -1,5 +1,5 @@
-"""The SLO guard: what replicas count, when the guard names a class, what the composite
-does for a guarded class, and that it lifts a class the composite's savings let miss."""
+"""The SLO guard: what replicas count, when the guard names a class, what the wattwise policy
+does for a guarded class, and that it lifts a class the wattwise policy's savings let miss."""
 
 import pytest
 
@@ -199,7 +199,7 @@ def test_a_guarded_class_runs_its_pool_flat_out_and_unfolded_and_the_plan_says_s
     assert plan.clock_band_mhz["pool-long"] == (top, top) and plan.routing_weights["MM"] == {"pool-medium": 1.0}
     assert plan.clock_band_mhz["pool-medium"][0] < top
     assert other.clock_band_mhz["pool-long"][0] == saving
-    # With the guard off the composite never writes the entry.
+    # With the guard off the wattwise policy never writes the entry.
     off = WattwisePolicy(config.model_copy(update={"slo_guard": SloGuardConfig(enabled=False)}), profile=profile)
     assert not _run(off, rates, 0.0, config.slo_guard.warmup_s + config.plan_interval_s,
                     outcomes={"LM": (100, 50)}).slo_guard
@@ -242,20 +242,20 @@ def test_a_guarded_pool_keeps_the_tp_it_runs(profile) -> None:
     assert tp_after(met=100) != 2 and tp_after(met=90) == 2
 
 
-def test_a_run_may_turn_the_composites_guard_off_and_only_the_composites() -> None:
+def test_a_run_may_turn_the_wattwise_guard_off_and_no_other_policys() -> None:
     w = fit_context(window(load_trace("mooncake"), 0.0, 10.0), 8192)
-    _, policy = build("wattwise", w, SimConfig(), composite={"slo_guard": {"enabled": False}})
+    _, policy = build("wattwise", w, SimConfig(), wattwise_settings={"slo_guard": {"enabled": False}})
     assert isinstance(policy, WattwisePolicy) and not policy.config.slo_guard.enabled
-    with pytest.raises(ValueError, match="composite settings are for wattwise"):
-        build("singlepool", w, SimConfig(), composite={"slo_guard": {"enabled": False}})
+    with pytest.raises(ValueError, match="wattwise settings are for the wattwise policy"):
+        build("singlepool", w, SimConfig(), wattwise_settings={"slo_guard": {"enabled": False}})
 
 
-def test_on_long_prompts_the_guard_lifts_the_classes_the_composites_savings_let_miss() -> None:
+def test_on_long_prompts_the_guard_lifts_the_classes_the_savings_let_miss() -> None:
     """Minutes 5-12 of the Mooncake trace (prompts clipped at the context): without the guard
-    the composite misses in every long class; with it, each long class meets more of its SLOs,
+    the wattwise policy misses in every long class; with it, each long class meets more of its SLOs,
     and the guard was on for one of them."""
     w = fit_context(window(load_trace("mooncake"), 300.0, 400.0), 8192)
-    unguarded, _ = simulate("wattwise", w, SimConfig(), composite={"slo_guard": {"enabled": False}})
+    unguarded, _ = simulate("wattwise", w, SimConfig(), wattwise_settings={"slo_guard": {"enabled": False}})
     guarded, _ = simulate("wattwise", w, SimConfig())
     assert not unguarded["slo_guard_s"] and guarded["slo_guard_s"].keys() & {"LS", "LM", "LL"}
     assert worst_class(unguarded)[1] < 0.99
