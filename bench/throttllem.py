@@ -30,7 +30,7 @@ import numpy as np
 
 from autoscaling.baselines import PoolPlanConfig, StaticPolicy
 from autoscaling.throttllem.autoscaler import ThrottllemAutoscaler, profiled_max_load_rps
-from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemScalingConfig
+from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemScalingConfig, ThrottllemTuning
 from autoscaling.throttllem.ml_perf_model import default_profile, split_scores
 from autoscaling.throttllem.replica_policies import replica_policies
 from batching.continuous_batcher import BatcherConfig
@@ -108,7 +108,7 @@ class Headrooms:
     """throttLL'eM alone runs one engine up to its max load, where its projections' errors
     show; the one controller's replicas run below the planner's sizing (0.7 / 0.8 there)."""
 
-    slo: float = 0.5  # ThrottllemConfig.slo_headroom
+    slo: float = 0.5  # ThrottllemTuning.slo_headroom
     load: float = 0.7  # ThrottllemScalingConfig.load_headroom: engines sized for 70% of the TBT target
 
 
@@ -120,7 +120,8 @@ def run(w: Workload, variant: Variant, headrooms: Headrooms, timings: Timings | 
     config = SimConfig(length_prediction="noisy" if error else "oracle", length_error_p95=error)
     policies = None
     if variant.throttle:
-        cfg = ThrottllemConfig(length_error=error, slo_headroom=headrooms.slo, energy_floor=True)
+        cfg = ThrottllemConfig(length_error=error, energy_floor=True,
+                               tuning=ThrottllemTuning(slo_headroom=headrooms.slo))
         policies = partial(timings.policies, config=cfg) if timings else partial(replica_policies, config=cfg)
     setup = PoolSetup(POOL, tuple(LengthClassConfig.names()), TP, MAX_CLOCK_MHZ, 1, batcher_policies=policies)
     # A plan's clock pins the replicas' clock band: throttling runs under a plan without one.

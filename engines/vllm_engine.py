@@ -223,7 +223,8 @@ class VllmEngine:
         throttllem = self.config.throttllem
         if throttllem is None or perf is None:
             return None, None
-        throttllem = throttllem.model_copy(update={"correction_alpha": 0.0})
+        no_correction = throttllem.tuning.model_copy(update={"correction_alpha": 0.0})
+        throttllem = throttllem.model_copy(update={"tuning": no_correction})
         batch = self.running_batch
         shape = BatcherConfig(tensor_parallel=batch.tensor_parallel, batch_limit=batch.batch_limit,
                               block_size=batch.block_size, kv_capacity_tokens=batch.kv_blocks_total * batch.block_size)

@@ -379,8 +379,8 @@ class ThrottllemAlone:
     (`hold_mean_tbt` is the wattwise policy's). `wattwise bench throttllem-engines` varies the rest."""
 
     tensor_parallel_options: tuple[int, ...] | None = None  # None: every TP the profile has
-    ttft_headroom: float | None = None  # ThrottllemConfig.ttft_headroom; None: its default
-    slo_headroom: float | None = None  # ThrottllemConfig.slo_headroom; None: its default
+    ttft_headroom: float | None = None  # ThrottllemTuning.ttft_headroom; None: its default
+    slo_headroom: float | None = None  # ThrottllemTuning.slo_headroom; None: its default
     # No planner bounds its band: its search stops at the least-energy clock (the paper's sweet spot).
     energy_floor: bool = True
 
@@ -388,7 +388,7 @@ class ThrottllemAlone:
     def label(self) -> str:
         tps = "every TP" if self.tensor_parallel_options is None else \
             "TP" + "/".join(map(str, self.tensor_parallel_options))
-        defaults = ThrottllemConfig()
+        defaults = ThrottllemConfig().tuning
         ttft = defaults.ttft_headroom if self.ttft_headroom is None else self.ttft_headroom
         slo = defaults.slo_headroom if self.slo_headroom is None else self.slo_headroom
         return f"{tps}, headrooms {ttft:g}/{slo:g}"
@@ -405,10 +405,11 @@ def throttllem_alone(setups: list[PoolSetup], config: SimConfig,
                      alone: ThrottllemAlone = THROTTLLEM_ALONE) -> tuple[list[PoolSetup], ControlPolicy]:
     """throttLL'eM alone on `setups`: its admission and clock on every replica (and Chiron's layer:
     batch work yields to interactive work), its engine-size autoscaler over the pools."""
-    changes = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom,
-               "energy_floor": alone.energy_floor}
-    replica = throttllem_replica_config(config).model_copy(
-        update={"hold_mean_tbt": False, **{k: v for k, v in changes.items() if v is not None}})
+    base = throttllem_replica_config(config)
+    headrooms = {"ttft_headroom": alone.ttft_headroom, "slo_headroom": alone.slo_headroom}
+    replica = base.model_copy(update={
+        "hold_mean_tbt": False, "energy_floor": alone.energy_floor,
+        "tuning": base.tuning.model_copy(update={k: v for k, v in headrooms.items() if v is not None})})
     setups = [replace(s, interactive_first=True) for s in with_throttllem(setups, config, replica)]
     tps = None if alone.tensor_parallel_options is None else list(alone.tensor_parallel_options)
     return setups, make_policy("throttllem", model=config.model, hardware=config.hardware, profile=config.profile,

@@ -71,7 +71,7 @@ class ThrottllemAdmission:
         """Whether `seq` is an interactive prompt that misses its TTFT if refused now: still on
         time, and due within `urgent_prompt_steps` iterations of the running batch."""
         p = self.projector
-        steps = p.config.urgent_prompt_steps
+        steps = p.config.tuning.urgent_prompt_steps
         if steps <= 0 or seq.generated != 0 or seq.request.service_class == "batch" or len(p.scoreboard) == 0:
             return False
         left_s = seq.request.arrival_s + seq.request.slo.ttft_s - now_s

@@ -23,8 +23,8 @@ energy. Raising is asked at once; lowering (inside the band) at most every
 the node's GPU-control actor periodically, and the lock takes effect after its latency
 (core.overheads; the batcher models the same). So a raise for a prompt is searched knowing
 the present clock runs until then, and the clock stays at least at the one from which a
-raise still saves the largest recent burst of prompts (`ready_prompt_window_s`): below it a burst's prefill
-would have run at the low clock for a whole lag.
+raise still saves the largest recent burst of prompts (`ready_prompt_window_s`): below it a
+burst's prefill would have run at the low clock for a whole lag.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ class ThrottllemClock:
             self._prompts.setdefault(ttft_s, PromptArrivals()).add(at, tokens)
         if fresh:
             self._newest_s = fresh[-1][0]
-        horizon_s = now_s - self.config.ready_prompt_window_s
+        horizon_s = now_s - self.config.tuning.ready_prompt_window_s
         for ttft_s in [t for t, arrivals in self._prompts.items() if not arrivals.forget_before(horizon_s)]:
             del self._prompts[ttft_s]
             self._bursts.pop(ttft_s, None)
@@ -102,8 +102,8 @@ class ThrottllemClock:
                 continue
             decode_s = decode_share_s(batcher) if decode_s is None else decode_s
             work = self._burst_work(batcher, ttft_s, burst, decode_s)
-            self._ready_mhz[ttft_s] = burst_ready_clock_mhz(batcher, clocks, work, ttft_s, self.config.ttft_headroom,
-                                                            self._ready_mhz.get(ttft_s))
+            self._ready_mhz[ttft_s] = burst_ready_clock_mhz(
+                batcher, clocks, work, ttft_s, self.config.tuning.ttft_headroom, self._ready_mhz.get(ttft_s))
             ready = max(ready, self._ready_mhz[ttft_s])
         return ready
 
@@ -152,14 +152,15 @@ class ThrottllemClock:
         if flat_out:
             prompts: float | None = float(clocks[-1])
         else:
-            prompts = prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.ttft_headroom, self._prompts_mhz)
+            prompts = prompt_deadline_clock_mhz(batcher, clocks, now_s, self.config.tuning.ttft_headroom,
+                                                self._prompts_mhz)
             if prompts is not None:
                 self._prompts_mhz = prompts
         if prompts is not None and batcher.clamp_to_band(prompts) > batcher.clock_target_mhz:
             return prompts
         if flat_out:  # already at the band's ceiling until the prompt is admitted or KV frees
             return None
-        if not p.changed and now_s - self._searched_s < self.config.clock_refresh_s:
+        if not p.changed and now_s - self._searched_s < self.config.tuning.clock_refresh_s:
             return None
         p.changed = False
         self._searched_s = now_s
@@ -179,7 +180,7 @@ class ThrottllemClock:
         if target == batcher.clock_target_mhz:
             return None
         if target < batcher.clock_target_mhz:
-            if now_s - self._lowered_s < self.config.clock_lower_interval_s:
+            if now_s - self._lowered_s < self.config.tuning.clock_lower_interval_s:
                 return None
             self._lowered_s = now_s
         return target

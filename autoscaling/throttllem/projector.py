@@ -97,7 +97,7 @@ class ReplicaProjector:
     @property
     def headroom(self) -> float:
         """The share of each target projections may use, M's correction taken in."""
-        return self.config.slo_headroom / self.correction
+        return self.config.tuning.slo_headroom / self.correction
 
     def projected_tokens(self, seq: Sequence) -> int:
         """Predicted output stretched by the error margin; max_tokens once outlived."""
@@ -180,7 +180,7 @@ class ReplicaProjector:
         it ran (the requests admitted into it included). Only a step followed at once by
         the next (a request ran through both) is timed: otherwise the gap holds idle time.
         The batcher applies a new clock after this sync, so its clock is the one the step ran at."""
-        board, alpha = self.scoreboard, self.config.correction_alpha
+        board, alpha = self.scoreboard, self.config.tuning.correction_alpha
         if alpha == 0 or self._synced_s is None or self.table is None or len(board) == 0:
             return
         ran = set(board.ids)

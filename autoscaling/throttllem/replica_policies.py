@@ -45,8 +45,8 @@ def learnt_ips_table(config: ThrottllemConfig, tp: int, batch_max: int, kv_block
     """M for one engine shape, to be corrected from that engine's steps (its batch grid up to
     the largest batch the engine takes: the replica's limit moves at run time)."""
     profile = ips_table(config.model, config.hardware, config.profile, tp, batch_max, kv_blocks,
-                        config.table_batch_levels, config.table_kv_levels)
-    return OnlineIpsTable(profile, config.learn_prior_steps, config.learn_refresh_steps)
+                        config.tuning.table_batch_levels, config.tuning.table_kv_levels)
+    return OnlineIpsTable(profile, config.tuning.learn_prior_steps, config.tuning.learn_refresh_steps)
 
 
 def replica_policies(
@@ -62,7 +62,7 @@ def replica_policies(
         if learnt is not None:
             return learnt.table
         return ips_table(config.model, config.hardware, config.profile, tp, batch_max, kv_blocks,
-                         config.table_batch_levels, config.table_kv_levels)
+                         config.tuning.table_batch_levels, config.tuning.table_kv_levels)
 
     config = config.resolved()
     tp = batcher_config.tensor_parallel

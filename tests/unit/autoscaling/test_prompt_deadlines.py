@@ -73,7 +73,7 @@ def test_throttllem_raises_the_clock_for_a_queue_its_scoreboard_does_not_hold() 
     batcher.admission, batcher.clock_policy = replica_policies(PERF, batcher.config)
     batcher.set_clock_band(CLOCKS[0], CLOCKS[-1])
     _burst(batcher, prompts, tokens, ttft_s)
-    needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0, ThrottllemConfig().ttft_headroom)
+    needed = prompt_deadline_clock_mhz(batcher, CLOCKS, 0.0, ThrottllemConfig().tuning.ttft_headroom)
     assert needed is not None and needed > CLOCKS[0]
     assert batcher.clock_policy.choose_clock_mhz(batcher, 0.0) == needed
     batcher.plan_step(0.0)
@@ -221,9 +221,10 @@ def test_the_ready_clock_reads_each_ttft_targets_largest_burst_within_a_lag() ->
     assert batcher.longest_clock_lag_s < 0.4  # 0.00 + 0.05 and 2.0-2.2 fall in one lag each, 1.0 alone
     clock.choose_clock_mhz(batcher, 2.3)  # syncs and observes the prompts
     clocks = clock.projector.synced_table.clocks_mhz
-    expected = ready_clock_mhz(batcher, clocks, [([3000], 0.35), ([2000, 2500], 1.0)], config.ttft_headroom)
+    headroom = config.tuning.ttft_headroom
+    expected = ready_clock_mhz(batcher, clocks, [([3000], 0.35), ([2000, 2500], 1.0)], headroom)
     # Had it taken the three close prompts (1,800 tokens) for the 0.35 s target:
-    closest = ready_clock_mhz(batcher, clocks, [([500, 600, 700], 0.35), ([2000, 2500], 1.0)], config.ttft_headroom)
+    closest = ready_clock_mhz(batcher, clocks, [([500, 600, 700], 0.35), ([2000, 2500], 1.0)], headroom)
     assert clock.ready_clock_mhz(batcher) == expected > closest
 
 
@@ -242,8 +243,8 @@ def test_prompts_queued_in_deadline_order_are_each_recorded_once() -> None:
     for now_s in (0.06, 0.07, 0.08):  # three steps with both still waiting
         clock.choose_clock_mhz(batcher, now_s)
     clocks = clock.projector.synced_table.clocks_mhz
-    once = ready_clock_mhz(batcher, clocks, [([2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
-    twice = ready_clock_mhz(batcher, clocks, [([2500, 2500], 0.35), ([2500], 1.0)], config.ttft_headroom)
+    once = ready_clock_mhz(batcher, clocks, [([2500], 0.35), ([2500], 1.0)], config.tuning.ttft_headroom)
+    twice = ready_clock_mhz(batcher, clocks, [([2500, 2500], 0.35), ([2500], 1.0)], config.tuning.ttft_headroom)
     assert clock.ready_clock_mhz(batcher) == once < twice
 
 
@@ -318,9 +319,9 @@ def test_a_choice_below_the_bands_floor_does_not_hold_off_the_next_lowering() ->
             batcher.set_clock(batcher.clamp_to_band(clock))
         return clock
 
-    step_s = config.clock_refresh_s * 1.01
+    step_s = config.tuning.clock_refresh_s * 1.01
     now_s = 0.0
-    while now_s < 3 * config.clock_lower_interval_s:  # searches that land on the floor: no change
+    while now_s < 3 * config.tuning.clock_lower_interval_s:  # searches that land on the floor: no change
         now_s += step_s
         choose(now_s)
         assert batcher.clock_mhz == floor

@@ -4,7 +4,7 @@ import itertools
 
 import numpy as np
 
-from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemTuning
 from autoscaling.throttllem.replica_policies import replica_policies
 from autoscaling.throttllem.scoreboard import Projection
 from autoscaling.throttllem.slo_checks import DeadlineLines, check, lowest_passing_clock
@@ -24,8 +24,8 @@ def replica(running: list[Request], generated: int = 5, hold_mean_tbt: bool = Tr
     perf = perf_model_for(SPLITWISE)
     bc = BatcherConfig(tensor_parallel=8, **config)
     admission, clock = replica_policies(perf, bc, ThrottllemConfig(
-        profile=SPLITWISE, hold_mean_tbt=hold_mean_tbt, urgent_prompt_steps=urgent_prompt_steps,
-        kv_budget=kv_budget))
+        profile=SPLITWISE, hold_mean_tbt=hold_mean_tbt, kv_budget=kv_budget,
+        tuning=ThrottllemTuning(urgent_prompt_steps=urgent_prompt_steps)))
     b = ContinuousBatcher(perf, bc, admission, clock)
     for r in running:  # already scheduled and decoding
         seq = b.add(r, 0.0)
@@ -119,7 +119,7 @@ def test_tbt_check_queues_when_the_mean_gap_would_exceed_the_target():
     board.rollback()
     assert both.mean() > alone.mean()
     # A TBT target (after headroom) between the two means: "a" alone passes, with "b" it fails.
-    target = (alone.mean() + both.mean()) / 2 / admission.projector.config.slo_headroom
+    target = (alone.mean() + both.mean()) / 2 / admission.projector.config.tuning.slo_headroom
     tight = SLO(ttft_s=3600, tbt_s=target)
     b, admission, _ = replica([req("a", 3000, 200, tight)])
     assert not admission.admit(b.add(req("b", 6000, 200, tight), 1.0), b, 1.0)
@@ -131,7 +131,7 @@ def test_e2e_check_protects_running_requests_and_admits_lost_ones_that_harm_no_o
     admission.projector.sync(b, 1.0)
     alone, _ = finish_s(admission, b, 1.0)
     # "a" meets it only alone
-    headroom = admission.projector.config.slo_headroom  # the projection stretches what is left by 1 / headroom
+    headroom = admission.projector.config.tuning.slo_headroom  # the projection stretches what is left by 1 / headroom
     deadline = SLO(ttft_s=3600, tbt_s=10, e2e_s=(1.0 + (float(alone[0]) - 1.0) / headroom) * 1.001)
     b, admission, _ = replica([req("a", 500, 300, deadline)])
     assert not admission.admit(b.add(req("b", 7000, 300), 1.0), b, 1.0)
@@ -153,7 +153,7 @@ def test_a_prompt_that_cannot_wait_is_checked_against_the_running_requests_whole
     alone_s = float(finish_s(admission, b, 1.0)[0][0]) - 1.0  # "a"'s projected time left at max clock
     p.scoreboard.insert_virtual("probe", p.now_iter, 7000, 300, 1e9, 0.0)
     with_prompt_s = float(finish_s(admission, b, 1.0)[0][0]) - 1.0  # ... with the prompt in
-    headroom = p.config.slo_headroom
+    headroom = p.config.tuning.slo_headroom
     # "a"'s deadline: on time alone in the share, late in it with the prompt, on time whole.
     deadline_s = 1.0 + (alone_s + with_prompt_s) / 2 / headroom
     assert 1.0 + with_prompt_s < deadline_s
@@ -176,14 +176,14 @@ def test_binary_search_returns_the_minimum_passing_clock():
     p.sync(b, 1.0)
     at = p.lookup(p.project())
     slowest, fastest = (p.table.iteration_s(i, at).mean() for i in (0, len(p.table.clocks_mhz) - 1))
-    tbt = SLO(ttft_s=3600, tbt_s=(slowest + fastest) / 2 / p.config.slo_headroom)  # needs a middle clock
+    tbt = SLO(ttft_s=3600, tbt_s=(slowest + fastest) / 2 / p.config.tuning.slo_headroom)  # needs a middle clock
     b, admission, clock = replica([req(str(i), 800, 300, tbt) for i in range(60)])
     p = admission.projector
     p.sync(b, 1.0)
     proj = p.project()
     at = p.lookup(proj)
     board = p.scoreboard
-    h = p.config.slo_headroom
+    h = p.config.tuning.slo_headroom
     lines = p.deadline_lines(proj)
     passing = [check(p.table, i, at, proj, lines, 1.0, p.tbt_s, h).passes(board.lost)
                for i in range(len(p.table.clocks_mhz))]
@@ -213,11 +213,11 @@ def test_the_search_by_clock_levels_finds_the_clock_a_scan_of_every_clock_finds(
     slowest, fastest = (table.iteration_s(i, at).mean() for i in (0, n_clocks - 1))
     found_clocks = set()
     for share in np.linspace(-0.2, 1.2, 15):
-        tbt = SLO(ttft_s=3600, tbt_s=(fastest + share * (slowest - fastest)) / p.config.slo_headroom)
+        tbt = SLO(ttft_s=3600, tbt_s=(fastest + share * (slowest - fastest)) / p.config.tuning.slo_headroom)
         b, admission, _ = replica([req(str(i), 800, 300, tbt) for i in range(60)])
         p = admission.projector
         p.sync(b, 1.0)
-        proj, h = p.project(), p.config.slo_headroom
+        proj, h = p.project(), p.config.tuning.slo_headroom
         at, lines, lost = p.lookup(proj), p.deadline_lines(proj), p.scoreboard.lost
         passing = [check(p.table, i, at, proj, lines, 1.0, p.tbt_s, h).passes(lost) for i in range(n_clocks)]
         scanned = passing.index(True) if any(passing) else n_clocks - 1

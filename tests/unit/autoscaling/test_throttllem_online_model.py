@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from autoscaling.throttllem.config import ThrottllemConfig
+from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemTuning
 from autoscaling.throttllem.online_ips import OnlineIpsTable
 from autoscaling.throttllem.replica_policies import learnt_ips_table, replica_policies
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
@@ -18,7 +18,7 @@ from energy.calibration import default_perf_model
 PERF = default_perf_model("llama2-70b", "h100-80gb")
 TP, BATCH_MAX = 2, 64
 KV_BLOCKS = PERF.kv_capacity_tokens(TP) // 16
-CONFIG = ThrottllemConfig(learn_refresh_steps=10)
+CONFIG = ThrottllemConfig(tuning=ThrottllemTuning(learn_refresh_steps=10))
 
 
 def _learnt() -> OnlineIpsTable:
@@ -35,7 +35,7 @@ def _steps(learnt: OnlineIpsTable, slowdown: float, batch: int, kv_blocks: int, 
 def test_the_profile_holds_until_the_engine_has_run_enough_steps() -> None:
     learnt = _learnt()
     assert learnt.table is learnt.profile and learnt.speed_ratio == 1.0
-    _steps(learnt, 2.0, batch=8, kv_blocks=2000, clock=-1, n=CONFIG.learn_refresh_steps - 1)
+    _steps(learnt, 2.0, batch=8, kv_blocks=2000, clock=-1, n=CONFIG.tuning.learn_refresh_steps - 1)
     assert learnt.table is learnt.profile  # rebuilt every learn_refresh_steps
     _steps(learnt, 2.0, batch=8, kv_blocks=2000, clock=-1, n=1)
     assert learnt.table is not learnt.profile and learnt.speed_ratio == pytest.approx(2.0)
@@ -43,7 +43,7 @@ def test_the_profile_holds_until_the_engine_has_run_enough_steps() -> None:
 
 def test_an_engine_twice_as_slow_is_twice_as_slow_where_it_never_ran_too() -> None:
     learnt = _learnt()
-    _steps(learnt, 2.0, batch=8, kv_blocks=2000, clock=-1, n=CONFIG.learn_refresh_steps)
+    _steps(learnt, 2.0, batch=8, kv_blocks=2000, clock=-1, n=CONFIG.tuning.learn_refresh_steps)
     profile, table = learnt.profile, learnt.table
     for clock, batch, kv_blocks in ((-1, 8, 2000), (0, 40, 9000), (len(profile.clocks_mhz) // 2, 2, 100)):
         assert table.one_iteration_s(clock, batch, kv_blocks) == pytest.approx(
@@ -91,8 +91,8 @@ def _admits(learnt: OnlineIpsTable, tbt_s: float) -> bool:
 
 def test_admission_decides_with_the_model_the_engine_taught() -> None:
     profile = _learnt().profile
-    tbt_s = 2.0 * profile.one_iteration_s(len(profile.clocks_mhz) - 1, 9, 9 * 32) / CONFIG.slo_headroom
+    tbt_s = 2.0 * profile.one_iteration_s(len(profile.clocks_mhz) - 1, 9, 9 * 32) / CONFIG.tuning.slo_headroom
     assert _admits(_learnt(), tbt_s)  # as profiled, 9 requests step well inside the target
     slow = _learnt()
-    _steps(slow, 4.0, batch=8, kv_blocks=256, clock=-1, n=CONFIG.learn_refresh_steps)
+    _steps(slow, 4.0, batch=8, kv_blocks=256, clock=-1, n=CONFIG.tuning.learn_refresh_steps)
     assert not _admits(slow, tbt_s)  # this engine is 4x slower: the 9th would break the running ones

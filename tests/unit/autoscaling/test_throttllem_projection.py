@@ -116,11 +116,11 @@ def test_a_decode_step_moves_the_kept_projection_by_one_iteration():
     assert moved == could_move == 8  # until "a" ends; then every step projects again
 
 def _projector_on_a_batch(ids: list[str]):
-    from autoscaling.throttllem.config import ThrottllemConfig
+    from autoscaling.throttllem.config import ThrottllemConfig, ThrottllemTuning
     from autoscaling.throttllem.replica_policies import replica_policies
 
     perf, config = default_perf_model(), BatcherConfig(tensor_parallel=8)
-    admission, _ = replica_policies(perf, config, ThrottllemConfig(correction_alpha=0.2))
+    admission, _ = replica_policies(perf, config, ThrottllemConfig(tuning=ThrottllemTuning(correction_alpha=0.2)))
     batcher = ContinuousBatcher(perf, config)
     for rid in ids:
         batcher.add(Request(rid, 20, 500, 0.0, SLO_ANY), 0.0)
@@ -144,7 +144,7 @@ def test_online_correction_learns_how_much_slower_steps_run_than_m_predicts():
         t += 2.0 * _predicted_step_s(projector)
         projector.sync(batcher, t)
     assert projector.correction == pytest.approx(2.0, rel=0.02)
-    assert projector.headroom == pytest.approx(projector.config.slo_headroom / 2.0, rel=0.02)
+    assert projector.headroom == pytest.approx(projector.config.tuning.slo_headroom / 2.0, rel=0.02)
     # Time between steps that no request ran through is idle time: not learnt.
     before = projector.correction
     batcher.running = []  # the batch finished; the replica idles
