@@ -1,6 +1,6 @@
 """Derive the shipped (prompt, response length) pairs from the ShareGPT source file.
 
-    python -m prediction.derive_pairs SOURCE.jsonl [data/prompts/sharegpt_pairs.jsonl]
+    python -m bench.derive_prompt_pairs SOURCE.jsonl [data/prompts/sharegpt_pairs.jsonl]
 
 SOURCE rows carry `conv_id`, `turn`, `prompt`, `response` and word counts
 (data/prompts/README.md names the source). The response text is dropped to keep the file
