@@ -13,29 +13,35 @@ may ask for it.
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field, StrictFloat, StrictInt, StrictStr
 
 ADMIN_KEY_HEADER = "x-wattwise-admin-key"
 RESUME_FIELD = "wattwise_resume"
 PROGRESS_FIELD = "wattwise_progress"
 
 
-class ResumeState(BaseModel):
-    """What the client holds of a stream another cloud began (asgi_bridge.StreamState's fields)."""
+@dataclass(frozen=True)
+class HeldStream:
+    """What the client holds of one streamed completion: enough for another ingress replica,
+    or another cloud, to finish it (the same request id, times from the original arrival).
+    A front sends it in `RESUME_FIELD`; the constraints are checked there, by the ingress
+    (a pydantic TypeAdapter), and cost nothing where the gateway builds one per event
+    (deployments.asgi_bridge.StreamState)."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
-    request_id: str = Field(pattern=r"^[0-9a-zA-Z_-]{1,64}$")
-    arrival_s: float = Field(ge=0)
-    text: str = ""
-    tokens: int = Field(default=0, ge=0)
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    retries: int = Field(default=0, ge=0)
-    stall_s: float = Field(default=0.0, ge=0)
-    events: int = Field(default=0, ge=0)
+    request_id: Annotated[StrictStr, Field(pattern=r"^[0-9a-zA-Z_-]{1,64}$")]
+    arrival_s: Annotated[StrictFloat, Field(ge=0)]
+    text: StrictStr = ""
+    tokens: Annotated[StrictInt, Field(ge=0)] = 0
+    first_token_s: StrictFloat | None = None
+    last_token_s: StrictFloat | None = None
+    retries: Annotated[StrictInt, Field(ge=0)] = 0  # replica failures the stream survived so far
+    stall_s: Annotated[StrictFloat, Field(ge=0)] = 0.0  # the longest silence a resume cost the client
+    events: Annotated[StrictInt, Field(ge=0)] = 0  # body parts (SSE events) sent: a chat role goes only in the first
 
 
 def progress_of(event: dict[str, Any]) -> int | None:

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, replace
 from typing import Any
 
+from app.federation_wire import HeldStream
 from app.openai_api import APIError
 from deployments.resume import Progress, ResumableStream, Resumption
 
@@ -32,19 +33,9 @@ ASGIApp = Callable[[MutableMapping[str, Any], Callable[[], Awaitable[Any]], Call
 
 
 @dataclass(frozen=True)
-class StreamState:
-    """What the client holds of one streamed completion: enough for another ingress
-    replica to finish it (the same request id, times from the original arrival)."""
-
-    request_id: str
-    arrival_s: float
-    text: str = ""
-    tokens: int = 0
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    retries: int = 0  # replica failures the stream survived so far
-    stall_s: float = 0.0  # the longest silence a resume cost the client
-    events: int = 0  # body parts (SSE events) sent: a chat role goes only in the first
+class StreamState(HeldStream):
+    """The gateway's view of what its client holds (app.federation_wire.HeldStream), and how
+    it moves as body parts go out."""
 
     def progress(self) -> Progress:
         return Progress(self.arrival_s, [self.text] if self.text else [], self.tokens, self.first_token_s,

@@ -21,7 +21,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi import Request as HTTPRequest
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from ray import serve
 from ray.exceptions import RayError
 from ray.serve.exceptions import BackPressureError
@@ -30,7 +30,7 @@ from ray.serve.handle import DeploymentHandle
 from app.choices import choice_requests
 from app.classify import Classifier, UnknownServiceClass
 from app.config import AppConfig
-from app.federation_wire import ADMIN_KEY_HEADER, PROGRESS_FIELD, RESUME_FIELD, ResumeState
+from app.federation_wire import ADMIN_KEY_HEADER, PROGRESS_FIELD, RESUME_FIELD
 from app.openai_api import (
     APIError,
     ChatCompletionRequest,
@@ -139,6 +139,9 @@ def _service_report(request: Any, pool: str, result: ReplicaChunk, resumption: R
     }
 
 
+RESUMED = TypeAdapter(StreamState)  # a front's RESUME_FIELD, checked as app.federation_wire.HeldStream says
+
+
 def resumed_elsewhere(body: Any, federated: bool) -> StreamState | None:
     """The stream state a federation front sent in the body (app.federation_wire), if any;
     only a front holding an admin key may send one."""
@@ -151,10 +154,9 @@ def resumed_elsewhere(body: Any, federated: bool) -> StreamState | None:
     if not body.stream:
         raise APIError(400, f"'{RESUME_FIELD}' resumes a stream: send it with stream: true.", param=RESUME_FIELD)
     try:
-        state = ResumeState.model_validate(raw)
+        return RESUMED.validate_python(raw)
     except ValidationError as exc:
         raise invalid_request(exc) from None
-    return StreamState(**state.model_dump())
 
 
 class Ingress:

@@ -17,11 +17,11 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from app.cloud_dispatch import CloudDispatcher
-from app.federation_wire import PROGRESS_FIELD, RESUME_FIELD, ResumeState, progress_of
+from app.federation_wire import PROGRESS_FIELD, RESUME_FIELD, HeldStream, progress_of
 from app.openai_api import APIError
 from federation.metrics import FrontMetrics
 from federation.upstream import CloudClient, Refused, Unreachable, UpstreamStream
@@ -75,9 +75,9 @@ class Held:
     events: int = 0
     broken_at_s: float | None = None  # the client's last token before a failure, while resuming
 
-    def resume_state(self) -> ResumeState:
+    def resume_state(self) -> HeldStream:
         assert self.request_id is not None  # set by the first event, before any was held
-        return ResumeState(request_id=self.request_id, arrival_s=self.arrival_s, text="".join(self.text),
+        return HeldStream(request_id=self.request_id, arrival_s=self.arrival_s, text="".join(self.text),
                            tokens=self.tokens, first_token_s=self.first_token_s, last_token_s=self.last_token_s,
                            retries=self.retries, stall_s=self.stall_s, events=self.events)
 
@@ -253,7 +253,7 @@ class Relay:
         """The client's request, streamed with usage; a resume adds what the client holds."""
         body = {**self.shape.body, "stream": True, "stream_options": {"include_usage": True}}
         if self.held.events:
-            body[RESUME_FIELD] = self.held.resume_state().model_dump()
+            body[RESUME_FIELD] = asdict(self.held.resume_state())
             self.held.retries += 1
         return body
 
