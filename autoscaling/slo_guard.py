@@ -37,18 +37,22 @@ class SloGuardConfig(BaseModel):
         "the share among a few says little."))
     min_misses: int = Field(default=2, ge=1, description=(
         "Misses of a class the window must hold before it is guarded: one miss among 20-100 "
-        "requests reads as under 99%, yet a class meeting 99.9% has such a window now and then."))
+        "requests reads as under 99%, yet a class meeting 99.9% has such a window now and then. "
+        "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
     warmup_s: float = Field(default=180.0, ge=0, description=(
         "No class is judged for this long (s) after the first plan: the pools start at the "
         "operator's shape and grow to the load over the planner's warm-up (`warmup_s`, 120 s), and "
         "requests that queued meanwhile finish up to a window later. Misses then say nothing of "
-        "the savings the guard could stop."))
+        "the savings the guard could stop. "
+        "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
     recover_hold_s: float = Field(default=300.0, ge=0, description=(
         "A guarded class is released once its attainment has stayed at or above the target (or "
-        "too few of its requests finished to judge) for this long (s)."))
+        "too few of its requests finished to judge) for this long (s). "
+        "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
     load_margin: float = Field(default=0.25, ge=0, description=(
         "A pool hosting a guarded class is planned for this much more load than its forecast "
-        "(on top of its burst margin): capacity the model did not see the need for."))
+        "(on top of its burst margin): capacity the model did not see the need for. "
+        "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,8 @@ class WattwiseConfig(EnergyProfileSource):
         "changes TP only when its TP cannot carry the load, or when it must start instances "
         "anyway and the cheaper TP's pay the switch."))
     overload_queue_per_replica: float = Field(default=4.0, gt=0, description=(
-        "Requests waiting per replica beyond which a pool gets an instance at once."))
+        "Requests waiting per replica beyond which a pool gets an instance at once. Set in the "
+        "first cut (`6a7f1bf`), not tuned on a trace."))
     fold_pools: bool = Field(default=True, description=(
         "At low load a pool may fold into one serving longer inputs (its classes routed there, "
         "its replicas given back) when that costs fewer watts (autoscaling.dynamollm.pool_folding)."))
