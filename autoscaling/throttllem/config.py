@@ -70,6 +70,7 @@ class ThrottllemConfig(BaseModel):
     """Per-replica admission control and clock throttling."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+
     model: str = Field(default="llama2-70b", description="Model the performance model M is built for.")
     hardware: str = Field(default="h100-80gb", description="GPU the performance model M is built for.")
     profile: str | None = Field(default=None, description=(
