@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The policy's entries of `compose`, in the order it stacks them: each writes its own plan entries.
+# The policy's entries of `compose`, in the order it stacks them: each writes its own plan entries
+# and may read an earlier one's (the shapes are sized on Chiron's and the catch-up's floors).
 SLO_GUARD = "slo guard"
 DYNAMOLLM_SHAPES = "dynamollm shapes"
 DYNAMOLLM_FOLDING = "dynamollm folding"
 CHIRON = "chiron"
-PLAN_LAYERS = (SLO_GUARD, DYNAMOLLM_SHAPES, DYNAMOLLM_FOLDING, CHIRON)
+CATCH_UP = "catch-up"
+PLAN_LAYERS = (SLO_GUARD, CHIRON, CATCH_UP, DYNAMOLLM_SHAPES, DYNAMOLLM_FOLDING)
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,9 @@ DECISIONS: tuple[Decision, ...] = (
         "how much capacity batch work gets", "Chiron: the batch mean, raised by Algorithm 2 for deadlines",
         "this policy, inside the planner's load",
         "Batch load planned at its mean over a long window, no burst margin; Algorithm 2 on the global queue's "
-        "request groups raises it to the rate at which no group misses its deadline."),
+        "request groups raises it to the rate at which no group misses its deadline "
+        "(`batch_rate_floor_per_s`, a floor under each class's planned batch load).",
+        plan_layer=CHIRON),
     Decision(
         "how many batch requests are out at once", "Chiron (`batch_in_flight`)",
         "this policy; the Batch API queue follows it",
@@ -91,8 +95,10 @@ DECISIONS: tuple[Decision, ...] = (
         "SLOs; such a pool neither folds nor changes TP (batching.step_speed)."),
     Decision(
         "catch-up after a burst", "this policy: a floor on instances from the interactive backlog", "every plan",
-        "A mean TTFT over target earns one instance beyond the forecast; while instances start, the band's "
-        "floor is what the ready replicas need to carry the load."),
+        "`backlog_instances`: the waiting interactive requests over `overload_queue_per_replica` each; "
+        "`late_ttft_s`: a mean TTFT over target earns one instance beyond the forecast. Floors the shapes "
+        "read; while instances start, the band's floor is what the ready replicas need to carry the load.",
+        plan_layer=CATCH_UP),
     Decision(
         "which classes it stops saving for", "the SLO guard", "this policy, every plan",
         "autoscaling.slo_guard: a class whose attainment over the replicas' trailing window fell below target, "

@@ -31,7 +31,7 @@ from autoscaling.dynamollm.shape_planner import (
     ShapePlannerConfig,
 )
 from autoscaling.dynamollm.shape_planning import ShapePlanning
-from autoscaling.ownership import CHIRON, DYNAMOLLM_FOLDING, DYNAMOLLM_SHAPES, SLO_GUARD
+from autoscaling.ownership import CATCH_UP, CHIRON, DYNAMOLLM_FOLDING, DYNAMOLLM_SHAPES, SLO_GUARD
 from autoscaling.slo_guard import SloGuard, SloGuardConfig
 from core.classes import LengthClassConfig
 from core.overheads import OverheadTable
@@ -121,21 +121,32 @@ class WattwisePolicy:
             return min(self.lengths.slo(cls).ttft_s for cls in rates)
         return sum(r * self.lengths.slo(cls).ttft_s for cls, r in rates.items()) / total
 
-    def _backlog(self, dep: DeploymentView | None, ttft_target_s: float) -> tuple[int, bool]:
-        """What the replicas see that the rate forecast missed: a floor on instances from the
-        waiting interactive requests (each instance holding at most
-        `overload_queue_per_replica`; bursts), and whether a replica's mean interactive TTFT
-        is over target (latency the profile does not model, e.g. the serving stack's own),
-        which earns the pool one instance beyond the forecast, never more: on a machine
-        whose every replica is slow (a busy CPU), adding one per plan would feed the slowness.
-        (0, False) while instances are on their way or nothing is wrong."""
-        if dep is None or dep.target_replicas > dep.current_replicas:
-            return 0, False
-        queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
-        floor = 0
-        if queued > self.config.overload_queue_per_replica * max(len(dep.replica_stats), 1):
-            floor = math.ceil(queued / self.config.overload_queue_per_replica)
-        return floor, any(s.ttft_ewma_s > ttft_target_s for s in dep.replica_stats)
+    def _catch_up(self, view: ClusterView, groups: tuple[PoolGroup, ...], planned: dict[str, dict[str, float]],
+                  guarded: frozenset[str]) -> ClusterPlan:
+        """The catch-up after a burst: what each serving pool's replicas see that the rate
+        forecast missed. A floor on instances from the waiting interactive requests (each
+        instance holding at most `overload_queue_per_replica`), and a replica whose mean TTFT
+        is over its classes' target (latency the profile does not model, e.g. the serving
+        stack's own), which earns the pool one instance beyond the forecast, never more: on a
+        machine whose every replica is slow (a busy CPU), adding one per plan would feed the
+        slowness. Nothing for a pool while instances are on their way."""
+        backlog: dict[str, int] = {}
+        late: dict[str, float] = {}
+        per_replica = self.config.overload_queue_per_replica
+        for group in groups:
+            dep = view.deployments.get(group.host)
+            if dep is None or dep.target_replicas > dep.current_replicas:
+                continue
+            queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
+            if queued > per_replica * max(len(dep.replica_stats), 1):
+                backlog[group.host] = math.ceil(queued / per_replica)
+            ttft_target_s = self._mean_ttft_target_s(self._host_load(group, planned, guarded)[0])
+            worst_s = max((s.ttft_ewma_s for s in dep.replica_stats), default=0.0)
+            if worst_s > ttft_target_s:
+                late[group.host] = worst_s
+        reason = ", ".join([f"{p} backlog {n}" for p, n in backlog.items()]
+                           + [f"{p} TTFT {t:.2f} s" for p, t in late.items()])
+        return ClusterPlan(backlog_instances=backlog, late_ttft_s=late, reason=f"catch-up: {reason}" if reason else "")
 
     def _dilation(self, pool: str, dep: DeploymentView | None) -> Dilation:
         """How much slower than the profile the pool's replicas measure their steps, and the
@@ -170,35 +181,39 @@ class WattwisePolicy:
         """The planned rates of every class the group's host serves."""
         return {cls: r for member in group.members for cls, r in planned[member].items()}
 
-    def _batch_demand(self, view: ClusterView, now_s: float) -> BatchDemand | None:
-        """Chiron's layer: what the global batch queue's deadlines need (None: no queue)."""
+    def _chiron(self, view: ClusterView, now_s: float, arrivals: dict[str, float],
+                batch: dict[str, float]) -> ClusterPlan:
+        """Chiron's layer: what the global batch queue's deadlines need (Algorithm 2 on its
+        request groups): the batch requests it may have out at once, and the batch rate per
+        class the pools are planned for at least. Empty without a queue."""
         queue = view.deployments.get(self.config.batch_queue)
         if queue is None:
-            return None
+            return ClusterPlan()
         itl_s = max((s.itl_ewma_s for name in self.config.pools if (dep := view.deployments.get(name))
                      for s in dep.replica_stats), default=0.0) or 0.05
-        return self._deadlines.demand(queue.extra_metrics, now_s, itl_s)
+        demand = self._deadlines.demand(queue.extra_metrics, now_s, itl_s)
+        return ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight},
+                           batch_rate_floor_per_s=self._batch_floor(demand, arrivals, batch),
+                           reason="chiron deadlines")
 
     @staticmethod
-    def _batch_floor(demand: BatchDemand | None, arrivals: dict[str, float],
-                     batch: dict[str, float]) -> dict[str, float]:
+    def _batch_floor(demand: BatchDemand, arrivals: dict[str, float], batch: dict[str, float]) -> dict[str, float]:
         """The demanded batch rate per class, split as batch work arrives at the pools (as
         all work does, before any batch request has)."""
-        if demand is None or demand.requests_per_s <= 0:
+        if demand.requests_per_s <= 0:
             return {}
         mix = batch if sum(batch.values()) > 0 else arrivals
         total = sum(mix.values())
         return {cls: demand.requests_per_s * r / total for cls, r in mix.items()} if total > 0 else {}
 
-    def _planned_rates(self, view: ClusterView, now_s: float, demand: BatchDemand | None) -> dict[str, dict[str, float]]:
+    def _planned_rates(self, view: ClusterView, now_s: float, arrivals: dict[str, float], batch: dict[str, float],
+                       floor: dict[str, float]) -> dict[str, dict[str, float]]:
         """DynamoLLM's load per pool that reported: each pool's own classes, wherever they run
-        now, with Chiron's deadline rate as a floor under their batch load."""
+        now, with Chiron's deadline rate (`floor`) as a floor under their batch load."""
         for name in self.config.pools:
             dep = view.deployments.get(name)
             if dep is not None and dep.replica_stats:
                 self._reported.add(name)
-        arrivals, batch = self._class_rates(view)
-        floor = self._batch_floor(demand, arrivals, batch)
         planned: dict[str, dict[str, float]] = {}
         for name in self._order:
             if name in self._reported:
@@ -232,15 +247,15 @@ class WattwisePolicy:
                                     may_form=lambda g: not guarded & set(g.members)
                                     and self.planner.may_newly_fold(g.members, now_s))
 
-    def _pool_plans(self, view: ClusterView, now_s: float, demand: BatchDemand | None,
+    def _pool_plans(self, view: ClusterView, now_s: float, groups: tuple[PoolGroup, ...],
+                    planned: dict[str, dict[str, float]], catch_up: ClusterPlan,
                     guarded_classes: Collection[str]) -> tuple[ClusterPlan, ClusterPlan, ClusterPlan]:
         """DynamoLLM's two entries and the SLO guard's clocks: (shapes: each serving pool's
-        replicas, TP and band; folding: the routes, and the replicas of pools folded away;
-        guard: the top clock wherever a guarded class runs). The pools of `guarded_classes`
-        are planned with the guard's margin at the TP they run, and serve alone."""
-        guarded = frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
-        planned = self._planned_rates(view, now_s, demand)
-        groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), guarded)
+        replicas, TP and band, no fewer instances than `catch_up` asks; folding: the routes, and
+        the replicas of pools folded away; guard: the top clock wherever a guarded class runs).
+        The pools of `guarded_classes` are planned with the guard's margin at the TP they run,
+        and serve alone."""
+        guarded = self._guarded_pools(guarded_classes)
         replicas: dict[str, int] = {}
         tp: dict[str, int] = {}
         band: dict[str, tuple[int, int]] = {}
@@ -258,12 +273,11 @@ class WattwisePolicy:
                 folded.add(member)
             rates, margin = self._host_load(group, planned, guarded)
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
-            ttft_target_s = self._mean_ttft_target_s(rates)
-            backlog_instances, late = self._backlog(dep, ttft_target_s)
             running = self._running(dep)
             dilation = self._dilation(host, dep)
             traits = self._replica_traits(host, dep, now_s, guarded)
-            shape = self.planner.plan(host, rates, free, backlog_instances, running, now_s, late=late,
+            shape = self.planner.plan(host, rates, free, catch_up.backlog_instances.get(host, 0), running, now_s,
+                                      late=host in catch_up.late_ttft_s,
                                       max_instances=dep.max_replicas if dep else None,
                                       tps=self._tps(host, dep, guarded), dilation=dilation,
                                       replicas=traits, burst_margin=margin)
@@ -377,20 +391,27 @@ class WattwisePolicy:
         extra = self.config.slo_guard.load_margin
         return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
+    def _guarded_pools(self, guarded_classes: Collection[str]) -> frozenset[str]:
+        """The pools whose own classes the SLO guard names."""
+        return frozenset(self._own_pool[cls] for cls in guarded_classes if cls in self._own_pool)
+
     def plan(self, view: ClusterView, now_s: float) -> ClusterPlan:
-        """A fresh plan from every layer (what observe returns until the next plan interval),
-        each entry written by one (`compose` refuses an entry two layers set; the owners:
-        `autoscaling.ownership.DECISIONS`)."""
+        """A fresh plan from every layer (what observe returns until the next plan interval).
+        Each entry is written by one layer (`compose` refuses an entry two set; the owners:
+        `autoscaling.ownership.DECISIONS`); a layer may read what an earlier one wrote: the
+        shapes are sized on Chiron's batch floor and the catch-up floors."""
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
-        demand = self._batch_demand(view, now_s)
-        shapes, folding, guard_clocks = self._pool_plans(view, now_s, demand, guarded)
+        arrivals, batch = self._class_rates(view)
+        chiron = self._chiron(view, now_s, arrivals, batch)
+        planned = self._planned_rates(view, now_s, arrivals, batch, chiron.batch_rate_floor_per_s)
+        groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), self._guarded_pools(guarded))
+        catch_up = self._catch_up(view, groups, planned, self._guarded_pools(guarded))
+        shapes, folding, guard_clocks = self._pool_plans(view, now_s, groups, planned, catch_up, guarded)
         guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(
             f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items()))) \
             if guarded else ClusterPlan()
-        chiron = (ClusterPlan(batch_in_flight={self.config.batch_queue: demand.in_flight}, reason="chiron deadlines")
-                  if demand is not None else ClusterPlan())
-        return compose({SLO_GUARD: guard.merge(guard_clocks), DYNAMOLLM_SHAPES: shapes, DYNAMOLLM_FOLDING: folding,
-                        CHIRON: chiron})
+        return compose({SLO_GUARD: guard.merge(guard_clocks), CHIRON: chiron, CATCH_UP: catch_up,
+                        DYNAMOLLM_SHAPES: shapes, DYNAMOLLM_FOLDING: folding})
 
     def observe(self, view: ClusterView, now_s: float) -> ClusterPlan:
         if self._last is not None and now_s < self._next_plan_s:

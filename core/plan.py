@@ -13,7 +13,10 @@ class ClusterPlan:
     """Replicas, TP, clocks, batch limits and routing weights, keyed by deployment name.
 
     A controller fills only the fields it owns; `merge` layers controllers that run on
-    different epochs (DynamoLLM's cluster / pool / instance managers) into one plan.
+    different epochs (DynamoLLM's cluster / pool / instance managers) into one plan. The
+    floors (`batch_rate_floor_per_s`, `backlog_instances`, `late_ttft_s`) are what one layer
+    of the wattwise policy tells a later one: runtimes do not apply them; they say why a pool
+    has the shape it has.
     """
 
     replicas: dict[str, int] = field(default_factory=dict)
@@ -31,6 +34,15 @@ class ClusterPlan:
     # its attainment fell below target, so the pools hosting it run flat out, unfolded, with
     # more margin (autoscaling.slo_guard). Empty: every class meets its target.
     slo_guard: dict[str, float] = field(default_factory=dict)
+    # Length class -> the batch rate (req/s) the global batch queue's deadlines need from the
+    # pools (Chiron's Algorithm 2): a floor under the class's planned batch load.
+    batch_rate_floor_per_s: dict[str, float] = field(default_factory=dict)
+    # Pool -> instances its waiting interactive requests call for, where that outgrows what
+    # it runs (the catch-up after a burst): a floor under the instances planned for it.
+    backlog_instances: dict[str, int] = field(default_factory=dict)
+    # Pool -> the highest mean TTFT (s) of its replicas, where one is over its classes' target:
+    # the pool is planned one instance beyond the forecast.
+    late_ttft_s: dict[str, float] = field(default_factory=dict)
     reason: str = ""
 
     def queue_in_flight(self, floor: int) -> int:
@@ -50,5 +62,8 @@ class ClusterPlan:
             routing_weights={**self.routing_weights, **other.routing_weights},
             batch_in_flight={**self.batch_in_flight, **other.batch_in_flight},
             slo_guard={**self.slo_guard, **other.slo_guard},
+            batch_rate_floor_per_s={**self.batch_rate_floor_per_s, **other.batch_rate_floor_per_s},
+            backlog_instances={**self.backlog_instances, **other.backlog_instances},
+            late_ttft_s={**self.late_ttft_s, **other.late_ttft_s},
             reason="; ".join(r for r in (self.reason, other.reason) if r),
         )

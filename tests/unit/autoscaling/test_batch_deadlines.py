@@ -69,7 +69,7 @@ def _view(queue: dict[str, float] | None) -> ClusterView:
     return ClusterView(deps)
 
 
-def test_the_composite_plans_the_pools_for_the_queues_deadlines_and_lets_the_queue_send_more() -> None:
+def test_the_wattwise_policy_plans_the_pools_for_the_queues_deadlines_and_lets_the_queue_send_more() -> None:
     profile = build_profile(default_perf_model("llama2-70b", "h100-80gb"))
 
     def plan(queue: dict[str, float] | None, enabled: bool = True):
@@ -82,8 +82,11 @@ def test_the_composite_plans_the_pools_for_the_queues_deadlines_and_lets_the_que
     quiet, job = plan(_queue(10, 3600.0)), plan(_queue(40000, 3600.0))
     assert gpus(job) > gpus(quiet)
     assert job.batch_in_flight[BATCH_QUEUE_DEPLOYMENT] > 32 >= quiet.batch_in_flight[BATCH_QUEUE_DEPLOYMENT]
+    # Chiron's entry says what the shapes were sized on: a floor per class under batch load.
+    assert sum(job.batch_rate_floor_per_s.values()) > sum(quiet.batch_rate_floor_per_s.values())
     assert gpus(plan(_queue(40000, 3600.0), enabled=False)) == gpus(quiet)
-    assert plan(None).batch_in_flight == {}  # no queue reported: the layer writes nothing
+    idle = plan(None)  # no queue reported: the layer writes nothing
+    assert idle.batch_in_flight == idle.batch_rate_floor_per_s == {}
 
 
 def test_a_job_too_big_for_the_queues_usual_pace_meets_its_deadline_with_the_layer() -> None:

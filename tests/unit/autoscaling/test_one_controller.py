@@ -532,8 +532,26 @@ def test_replicas_over_their_ttft_target_earn_one_instance_beyond_the_forecast_n
     running, now_s = forecast, 0.0
     for _ in range(6):  # each plan finds the previous one's replicas running and still late
         now_s += policy.config.plan_interval_s
-        running = policy.observe(late_view(running), now_s).replicas["pool-short"]
+        plan = policy.observe(late_view(running), now_s)
+        running = plan.replicas["pool-short"]
     assert running == forecast + 1
+    assert plan.late_ttft_s == {"pool-short": LENGTHS.slo("SS").ttft_s * 3}  # the catch-up entry says why
+
+
+def test_a_backlog_beyond_the_forecast_is_a_floor_on_instances_the_plan_names(profile) -> None:
+    """Requests waiting beyond what the replicas hold (a burst the rate forecast missed): the
+    catch-up entry asks for one instance per `overload_queue_per_replica` of them, and the
+    shapes plan no fewer."""
+    policy = WattwisePolicy(WattwiseConfig(pools=POOLS), profile=profile)
+    rates = {"SS": 0.5}
+    forecast = policy.observe(_view(rates, replicas=1), 0.0).replicas["pool-short"]
+    view = _view(rates, replicas=1)
+    short = view.deployments["pool-short"]
+    waiting = int(policy.config.overload_queue_per_replica) * (forecast + 3)
+    view.deployments["pool-short"] = replace(short, queued_outside=waiting)
+    plan = policy.observe(view, policy.config.plan_interval_s)
+    assert plan.backlog_instances == {"pool-short": forecast + 3}
+    assert plan.replicas["pool-short"] == forecast + 3
 
 
 def test_while_instances_start_the_serving_replicas_run_at_the_clock_the_load_needs(profile) -> None:
