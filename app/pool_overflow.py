@@ -32,7 +32,8 @@ class PoolOverflowConfig(BaseModel):
     backed_up_tokens: int = Field(default=16000, gt=0, description=(
         "A replica with more prompt tokens than this still to prefill refuses a request that "
         "has another pool to try; a replica of that other pool takes it only under half of it. "
-        "Measured on the coding trace's first half (docs/one-controller.md)."))
+        "Chosen on the coding trace's first half (`e83812b`); 8k, 12k and 24k tried on held-out loads "
+        "(docs/results/2026-11-28-held-out-loads.md)."))
 
 
 @dataclass(frozen=True)

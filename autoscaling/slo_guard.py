@@ -48,7 +48,7 @@ class SloGuardConfig(BaseModel):
     recover_hold_s: float = Field(default=300.0, ge=0, description=(
         "A guarded class is released once its attainment has stayed at or above the target (or "
         "too few of its requests finished to judge) for this long (s). "
-        "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
+        "Not tuned: no load re-guarded a class after its release (docs/results/2026-12-05-slo-guard.md)."))
     load_margin: float = Field(default=0.25, ge=0, description=(
         "A pool hosting a guarded class is planned for this much more load than its forecast "
         "(on top of its burst margin): capacity the model did not see the need for. "

@@ -72,8 +72,10 @@ class WattwiseConfig(EnergyProfileSource):
         "Reconfiguration costs the planner weighs (the same table the simulator charges)."))
     lowest_floor_when_steady: bool = Field(default=True, description=(
         "A pool that is not bursty, has no batch requests waiting, and whose replicas all pick each step's "
-        "clock (throttLL'eM's hook) gets the GPU's lowest clock as its band's floor; the planned "
-        "clock then sizes its instances only. False: the planned clock is always the floor."))
+        "clock (throttLL'eM's hook) gets as its band's floor the least-power clock that carries its "
+        "load (the GPU's lowest where none is found); the planned clock then sizes its instances only. "
+        "False: the planned clock is always the floor. Chosen on the first halves of conv and code "
+        "(`576548a`, the least-power clock `63e5fe5`)."))
     slo_guard: SloGuardConfig = Field(default_factory=SloGuardConfig, description=(
         "A length class whose SLO attainment falls below target stops being saved on: the pools "
         "hosting it run at the top clock, with more planned load at the TP they run, unfolded, "

@@ -60,7 +60,9 @@ class PrefixAffinity(BaseModel):
 
     imbalance_requests: float = Field(default=4.0, ge=0, description=(
         "A replica with more requests than this above the least loaded replica with room wins by "
-        "no prefix (Ray Serve LLM's imbalanced_threshold, per replica)."))
+        "no prefix (the idea of Ray Serve LLM's imbalanced_threshold, whose default is unbounded). "
+        "4, the tightest bound that met the target on Mooncake (`5b55981`, "
+        "docs/results/2026-12-05-prefix-routing.md)."))
     min_match: float = Field(default=0.1, ge=0, le=1, description=(
         "The least share of the prompt a replica must hold to win by it (Ray Serve LLM's "
         "match_rate_threshold)."))

@@ -128,7 +128,8 @@ class ShapePlannerConfig(BaseModel):
         "Share of a replica's KV its planned steady batch may fill (energy profiles built from the "
         "perf model; a measured profile already shows what its engines held). throttLL'eM's "
         "admission reserves each request's projected peak, so a replica planned to its last KV "
-        "block turns prompts away at the door while decodes finish."))
+        "block turns prompts away at the door while decodes finish. The KV budget (core.kv_budget, "
+        "chosen on the first halves of conv, code, the batch mix and the job: `58e7cd5`)."))
     min_instances: int = Field(default=1, ge=0, description=(
         "Warm instances every serving pool keeps (a pool folded into another keeps none)."))
     follow_measured_speed: bool = Field(default=True, description=(

@@ -21,13 +21,14 @@ class ThrottllemTuning(BaseModel):
     slo_headroom: float = Field(default=0.7, gt=0, le=1, description=(
         "Share of the TBT and E2E targets the projection may use: prefill steps of later arrivals "
         "stretch real iterations beyond M's decode-only projection (bench/throttllem.py). "
-        "Set in the first cut (`03153a9`); throttLL'eM alone's benches run their own, chosen on "
-        "the first half hours of conv and code (`15b0583`)."))
+        "0.7 (was 0.8) chosen on conv's first half (`5efd2e8`: 2 misses at 0.8, none at 0.7, +0.2% "
+        "energy); throttLL'eM alone's benches run their own, chosen on the first half hours of conv "
+        "and code (`15b0583`)."))
     ttft_headroom: float = Field(default=0.6, gt=0, le=1, description=(
         "Share of a waiting prompt's TTFT target its prefill is planned to end within, when the clock "
         "is raised for the prompts still to prefill: prompts arriving after the search take the rest "
         "(the same share the DynamoLLM planner sizes instances for). "
-        "Set with the prompts' clock (`576548a`) on conv's first half."))
+        "Set with the prompts' clock (`576548a`) on the first halves of conv and code."))
     urgent_prompt_steps: float = Field(default=2.0, ge=0, description=(
         "An interactive prompt whose TTFT deadline falls within this many of the batch's iterations "
         "(at max clock) misses it if refused now; admission then checks the running requests against "
@@ -86,7 +87,8 @@ class ThrottllemConfig(BaseModel):
         "at the low clocks the deadlines allow, a replica fills its KV and then turns prompts away "
         "at the door until requests finish; the top clock finishes them soonest. The KV budget "
         "(core.kv_budget): beyond it the batch is larger than the planner sized the replica for; under "
-        "policy: wattwise it must equal the planner's. 1: only once a prompt is refused."))
+        "policy: wattwise it must equal the planner's. 1: only once a prompt is refused. 0.8 chosen "
+        "over 0.85 and 0.9 on the first halves of conv, code, the batch mix and the job (`58e7cd5`)."))
     hold_mean_tbt: bool = Field(default=True, description=(
         "Once a request's first token is out, its deadline is also no later than one TBT target per "
         "further token after it: the SLO's TBT is a mean over those tokens, which an E2E deadline "
@@ -103,7 +105,7 @@ class ThrottllemConfig(BaseModel):
         "throttLL'eM alone, whose band is the GPU's whole range. False: the lowest clock that passes "
         "the checks, inside the band; the wattwise policy's planner puts the band's floor at the "
         "least-power clock that carries the pool's load, which a fixed load prices better than one "
-        "step does (conv's first half: 0.99 against 1.03 kWh)."))
+        "step does (conv's first half: 0.99 against 1.03 kWh, `63e5fe5`)."))
     tuning: ThrottllemTuning = Field(default_factory=ThrottllemTuning, description=(
         "Constants not sized by an operator (headrooms, the clock's pace, M's grid), each with "
         "where it was set."))
