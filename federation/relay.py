@@ -17,7 +17,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 from app.cloud_dispatch import CloudDispatcher
@@ -62,24 +62,17 @@ class Front(Protocol):
 
 @dataclass
 class Held:
-    """What the client holds of the response so far."""
+    """What the client holds of the response so far: the stream as a resume sends it, its
+    text kept in parts (joined only for a resume), and, while resuming, the client's last
+    token before the failure."""
 
-    arrival_s: float
-    request_id: str | None = None  # the cloud's, from the first event's id (cmpl-<id>)
+    # The request id is the cloud's, from the first event's id (cmpl-<id>); empty before.
+    stream: HeldStream
     text: list[str] = field(default_factory=list)
-    tokens: int = 0
-    first_token_s: float | None = None
-    last_token_s: float | None = None
-    retries: int = 0
-    stall_s: float = 0.0
-    events: int = 0
-    broken_at_s: float | None = None  # the client's last token before a failure, while resuming
+    broken_at_s: float | None = None
 
     def resume_state(self) -> HeldStream:
-        assert self.request_id is not None  # set by the first event, before any was held
-        return HeldStream(request_id=self.request_id, arrival_s=self.arrival_s, text="".join(self.text),
-                           tokens=self.tokens, first_token_s=self.first_token_s, last_token_s=self.last_token_s,
-                           retries=self.retries, stall_s=self.stall_s, events=self.events)
+        return replace(self.stream, text="".join(self.text))
 
 
 @dataclass(frozen=True)
@@ -100,7 +93,7 @@ class Relay:
     def __init__(self, front: Front, shape: RequestShape) -> None:
         self.front, self.shape = front, shape
         self.id = uuid.uuid4().hex  # the dispatcher's, not the cloud's
-        self.held = Held(arrival_s=time.time())
+        self.held = Held(HeldStream(request_id="", arrival_s=time.time()))
         self.cloud: int | None = None
         self._moved = asyncio.Event()
         self._move_to: int | None = None
@@ -108,7 +101,7 @@ class Relay:
 
     def move_to(self, cloud: int) -> bool:
         """Offload (Mico): take the request to `cloud` if it has not started; False if it had."""
-        if self.held.events or self._moved.is_set():
+        if self.held.stream.events or self._moved.is_set():
             return False
         self._move_to = cloud
         self._moved.set()
@@ -126,7 +119,7 @@ class Relay:
                     while event is not None:
                         out = self._absorb(cloud, event)
                         if out is not None:
-                            self.held.events += 1
+                            self.held.stream = replace(self.held.stream, events=self.held.stream.events + 1)
                             yield out
                         event = await stream.next()
                     front.dispatcher.succeeded(cloud)
@@ -137,7 +130,7 @@ class Relay:
                         return
                     front.dispatcher.failed(cloud, front.now_s())
                     front.metrics.attempt(front.clouds[cloud].name, "broken")
-                    self.held.broken_at_s = self.held.broken_at_s or self.held.last_token_s
+                    self.held.broken_at_s = self.held.broken_at_s or self.held.stream.last_token_s
                 finally:
                     await stream.close()
         finally:
@@ -205,7 +198,7 @@ class Relay:
                 continue
             assert not isinstance(first, _Sentinel)
             front.metrics.attempt(name, "started")
-            if self.held.events and previous is not None:
+            if self.held.stream.events and previous is not None:
                 front.metrics.resumes.labels(front.clouds[previous].name, name).inc()
             return cloud, answer, first
 
@@ -243,7 +236,7 @@ class Relay:
     def _left_tokens(self) -> float:
         held = self.front.dispatcher.cloud_of(self.id)
         if held is None:
-            return max(self.shape.cost_tokens - self.held.tokens, 1.0)
+            return max(self.shape.cost_tokens - self.held.stream.tokens, 1.0)
         return max(self.front.dispatcher.ledger.left_tokens(self.id), 1.0)
 
     def _not_serving(self) -> set[int]:
@@ -252,9 +245,9 @@ class Relay:
     def _body(self) -> dict[str, Any]:
         """The client's request, streamed with usage; a resume adds what the client holds."""
         body = {**self.shape.body, "stream": True, "stream_options": {"include_usage": True}}
-        if self.held.events:
+        if self.held.stream.events:
             body[RESUME_FIELD] = asdict(self.held.resume_state())
-            self.held.retries += 1
+            self.held.stream = replace(self.held.stream, retries=self.held.stream.retries + 1)
         return body
 
     def _absorb(self, cloud: int, event: dict[str, Any]) -> dict[str, Any] | None:
@@ -264,20 +257,20 @@ class Relay:
             error = event["error"] if isinstance(event["error"], dict) else {}
             raise _Broken(event, error.get("type") in RETRYABLE_ERROR_TYPES)
         held, front = self.held, self.front
-        if held.request_id is None and isinstance(event.get("id"), str):
-            held.request_id = event["id"].removeprefix("cmpl-")
+        if not held.stream.request_id and isinstance(event.get("id"), str):
+            held.stream = replace(held.stream, request_id=event["id"].removeprefix("cmpl-"))
         tokens = progress_of(event)
         if event.get("choices"):
             text = self.shape.text_of(event)
             tokens = tokens if tokens is not None else int(bool(text))
             if tokens:
-                now = time.time()
+                now, stream = time.time(), held.stream
+                stall_s = stream.stall_s
                 if held.broken_at_s is not None:
-                    held.stall_s = max(held.stall_s, now - held.broken_at_s)
+                    stall_s = max(stall_s, now - held.broken_at_s)
                     held.broken_at_s = None
-                held.first_token_s = held.first_token_s or now
-                held.last_token_s = now
-                held.tokens += tokens
+                held.stream = replace(stream, stall_s=stall_s, first_token_s=stream.first_token_s or now,
+                                      last_token_s=now, tokens=stream.tokens + tokens)
                 front.dispatcher.progress(self.id, tokens)
                 front.metrics.tokens.labels(front.clouds[cloud].name).inc(tokens)
             held.text.append(text)
