@@ -23,18 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from core.view import ClusterView
 
 
-class SloGuardConfig(BaseModel):
+class SloGuardTuning(BaseModel):
+    """The guard's constants, not settings an operator sizes a fleet with; each says whether a
+    load chose it (docs/results/2026-12-05-slo-guard.md)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    enabled: bool = Field(default=True, description=(
-        "Guard each length class's SLO attainment; False: the wattwise policy saves whatever its "
-        "model predicts (ablations)."))
-    target_attainment: float = Field(default=0.99, gt=0, le=1, description=(
-        "A class whose share of interactive requests meeting their SLO (TTFT and mean TBT), over "
-        "the replicas' trailing window, falls below this is guarded; the benches' SLO target."))
     min_completed: int = Field(default=20, ge=1, description=(
         "Interactive requests of a class the window must hold before its attainment is judged: "
-        "the share among a few says little."))
+        "the share among a few says little. Not tuned (docs/results/2026-12-05-slo-guard.md)."))
     min_misses: int = Field(default=2, ge=1, description=(
         "Misses of a class the window must hold before it is guarded: one miss among 20-100 "
         "requests reads as under 99%, yet a class meeting 99.9% has such a window now and then. "
@@ -53,6 +50,20 @@ class SloGuardConfig(BaseModel):
         "A pool hosting a guarded class is planned for this much more load than its forecast "
         "(on top of its burst margin): capacity the model did not see the need for. "
         "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
+
+
+class SloGuardConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(default=True, description=(
+        "Guard each length class's SLO attainment; False: the wattwise policy saves whatever its "
+        "model predicts (ablations)."))
+    target_attainment: float = Field(default=0.99, gt=0, le=1, description=(
+        "A class whose share of interactive requests meeting their SLO (TTFT and mean TBT), over "
+        "the replicas' trailing window, falls below this is guarded; the benches' SLO target."))
+    tuning: SloGuardTuning = Field(default_factory=SloGuardTuning, description=(
+        "How many requests judge a class, the warm-up, the release hold and the margin, each with "
+        "the load it was chosen on, or that it was not tuned."))
 
 
 @dataclass(frozen=True)
@@ -93,20 +104,22 @@ class SloGuard:
         self._first_s: float | None = None
 
     def _below(self, attained: Attainment | None) -> bool:
-        cfg = self.config
-        return (attained is not None and attained.completed >= cfg.min_completed
-                and attained.completed - attained.met >= cfg.min_misses and attained.share < cfg.target_attainment)
+        tuning = self.config.tuning
+        return (attained is not None and attained.completed >= tuning.min_completed
+                and attained.completed - attained.met >= tuning.min_misses
+                and attained.share < self.config.target_attainment)
 
     def update(self, view: ClusterView, now_s: float) -> dict[str, float]:
         """Guarded class -> since when, after this view."""
         self._first_s = now_s if self._first_s is None else self._first_s
-        if now_s - self._first_s < self.config.warmup_s:
+        if now_s - self._first_s < self.config.tuning.warmup_s:
             return {}
         attained = class_attainment(view)
+        hold_s = self.config.tuning.recover_hold_s
         for cls in attained.keys() | self._since.keys():
             if self._below(attained.get(cls)):
                 self._since.setdefault(cls, now_s)
                 self._back_since.pop(cls, None)
-            elif cls in self._since and now_s - self._back_since.setdefault(cls, now_s) >= self.config.recover_hold_s:
+            elif cls in self._since and now_s - self._back_since.setdefault(cls, now_s) >= hold_s:
                 del self._since[cls], self._back_since[cls]
         return dict(self._since)

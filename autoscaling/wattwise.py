@@ -390,7 +390,7 @@ class WattwisePolicy:
         margin = self.planner.burst_margin(group.members)
         if group.host not in guarded:
             return rates, margin
-        extra = self.config.slo_guard.load_margin
+        extra = self.config.slo_guard.tuning.load_margin
         return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
     def _guarded_pools(self, guarded_classes: Collection[str]) -> frozenset[str]:

@@ -4,7 +4,7 @@ does for a guarded class, and that it lifts a class the wattwise policy's saving
 import pytest
 
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
-from autoscaling.slo_guard import SloGuard, SloGuardConfig
+from autoscaling.slo_guard import SloGuard, SloGuardConfig, SloGuardTuning
 from autoscaling.wattwise import WattwiseConfig, WattwisePolicy
 from batching.continuous_batcher import BatcherConfig, ContinuousBatcher
 from core.plan import ClusterPlan
@@ -106,8 +106,8 @@ def _view(completed: dict[str, int], met: dict[str, int], late: dict[str, int] |
 
 
 def test_the_guard_names_a_class_below_target_with_enough_samples_and_frees_it_after_recovery_held() -> None:
-    config = SloGuardConfig(target_attainment=0.99, min_completed=20, min_misses=2, recover_hold_s=100.0,
-                            warmup_s=0.0)
+    config = SloGuardConfig(target_attainment=0.99, tuning=SloGuardTuning(min_completed=20, min_misses=2,
+                                                                           recover_hold_s=100.0, warmup_s=0.0))
     guard = SloGuard(config)
     assert guard.update(_view({"LM": 19}, {"LM": 10}), 0.0) == {}  # too few to judge
     assert guard.update(_view({"LM": 100, "SS": 50}, {"LM": 99, "SS": 50}), 5.0) == {}  # at target
@@ -126,7 +126,7 @@ def test_the_guard_names_a_class_below_target_with_enough_samples_and_frees_it_a
     # Requests waiting past their TTFT deadline are misses before they finish.
     assert SloGuard(config).update(_view({"MM": 30}, {"MM": 30}, late={"MM": 2}), 0.0) == {"MM": 0.0}
     # While the pools grow from the operator's start shape, misses are not the savings' doing.
-    warming = SloGuard(config.model_copy(update={"warmup_s": 60.0}))
+    warming = SloGuard(config.model_copy(update={"tuning": config.tuning.model_copy(update={"warmup_s": 60.0})}))
     assert warming.update(_view({"LM": 100}, {"LM": 50}), 1000.0) == {}
     assert warming.update(_view({"LM": 100}, {"LM": 50}), 1059.0) == {}
     assert warming.update(_view({"LM": 100}, {"LM": 50}), 1060.0) == {"LM": 1060.0}
@@ -201,7 +201,7 @@ def test_a_guarded_class_runs_its_pool_flat_out_and_unfolded_and_the_plan_says_s
     assert other.clock_band_mhz["pool-long"][0] == saving
     # With the guard off the wattwise policy never writes the entry.
     off = WattwisePolicy(config.model_copy(update={"slo_guard": SloGuardConfig(enabled=False)}), profile=profile)
-    assert not _run(off, rates, 0.0, config.slo_guard.warmup_s + config.plan_interval_s,
+    assert not _run(off, rates, 0.0, config.slo_guard.tuning.warmup_s + config.plan_interval_s,
                     outcomes={"LM": (100, 50)}).slo_guard
 
 
@@ -209,7 +209,8 @@ def test_a_guarded_pool_is_planned_for_its_load_margin_more(profile) -> None:
     """One TP2 replica carries the forecast (2.2 LM/s plus the burst margin); the forecast and
     the guard's quarter more take two."""
     config = WattwiseConfig(pools={"pool-long": POOLS["pool-long"]}, fold_pools=False,
-                            tensor_parallel_options={"pool-long": [2]}, slo_guard=SloGuardConfig(warmup_s=0.0))
+                            tensor_parallel_options={"pool-long": [2]},
+                            slo_guard=SloGuardConfig(tuning=SloGuardTuning(warmup_s=0.0)))
 
     def planned(met: int) -> int:
         stats = ReplicaStats(tensor_parallel=2, class_rates_per_s={"LM": 2.2}, slo_completed={"LM": 100},
@@ -224,7 +225,7 @@ def test_a_guarded_pool_keeps_the_tp_it_runs(profile) -> None:
     """Past the first pool epoch the planner moves TP2 replicas to the TP it prices cheaper; a
     guarded pool grows at the TP it runs instead of restarting replicas whose SLOs miss."""
     config = WattwiseConfig(pools={"pool-long": POOLS["pool-long"]}, fold_pools=False,
-                            slo_guard=SloGuardConfig(warmup_s=0.0))
+                            slo_guard=SloGuardConfig(tuning=SloGuardTuning(warmup_s=0.0)))
 
     def tp_after(met: int) -> int:
         policy, t, plan = WattwisePolicy(config, profile=profile), 0.0, ClusterPlan()
