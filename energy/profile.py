@@ -20,8 +20,9 @@ import numpy as np
 from scipy.interpolate import PchipInterpolator
 
 from core.slo import SLO
+from energy.hardware import GpuSpec
 
-# DynamoLLM profiles 800-1980 MHz in 200 MHz steps.
+# DynamoLLM profiles 800-1980 MHz in 200 MHz steps (an H100's range).
 PROFILE_CLOCKS_MHZ = (800, 1000, 1200, 1400, 1600, 1800, 1980)
 PROFILE_TPS = (2, 4, 8)
 # Mean prompt and output tokens per length class in the Azure conversation trace
@@ -31,6 +32,15 @@ CONV_CLASS_SHAPES: dict[str, tuple[int, int]] = {
     "MS": (446, 78), "MM": (455, 122), "ML": (985, 421),
     "LS": (2979, 61), "LM": (2160, 152), "LL": (1111, 428),
 }
+
+
+
+def profile_clocks_mhz(gpu: GpuSpec) -> tuple[int, ...]:
+    """DynamoLLM's profiled clocks that `gpu` runs, and its top clock. An A100 tops out at
+    1,410 MHz: a point at 1,980 would be its 1,410 again under another name, and a plan
+    naming it a clock the GPU cannot set."""
+    inside = tuple(c for c in PROFILE_CLOCKS_MHZ if gpu.min_clock_mhz <= c < gpu.max_clock_mhz)
+    return (*inside, gpu.max_clock_mhz)
 
 
 @dataclass(frozen=True)

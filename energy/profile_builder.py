@@ -14,7 +14,7 @@ from itertools import pairwise
 from core.classes import LengthClassConfig
 from energy.capacity import CapacityModel, Load
 from energy.perf_model import PerfModel
-from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, EnergyProfile, ProfilePoint
+from energy.profile import CONV_CLASS_SHAPES, EnergyProfile, ProfilePoint, profile_clocks_mhz
 
 LOAD_FRACTIONS = (0.02, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0)
 # A step in power above this share between neighbouring loads earns a midpoint.
@@ -84,12 +84,13 @@ def build_profile(
     lengths: LengthClassConfig = LengthClassConfig(),
     shapes: dict[str, tuple[int, int]] = CONV_CLASS_SHAPES,
     tps: tuple[int, ...] | None = None,
-    clocks_mhz: tuple[int, ...] = PROFILE_CLOCKS_MHZ,
+    clocks_mhz: tuple[int, ...] | None = None,
     kv_budget: float = 1.0,
 ) -> EnergyProfile:
     """Every class x TP x clock's curve up to its SLO-feasible load, from the perf model; a
     load filling more than `kv_budget` of an instance's KV counts as infeasible.
-    `tps`: the TPs to profile (None: every TP the perf model has, TP1 for an 8B model)."""
+    `tps`: the TPs to profile (None: every TP the perf model has, TP1 for an 8B model);
+    `clocks_mhz`: the clocks (None: DynamoLLM's that the GPU runs, `profile_clocks_mhz`)."""
     cap = CapacityModel(perf, kv_budget=kv_budget)
     points = []
     for cls, shape in shapes.items():
@@ -97,7 +98,7 @@ def build_profile(
         for tp in tps or perf.tensor_parallel_degrees:
             if tp not in perf.fits:
                 continue
-            for clock in clocks_mhz:
+            for clock in clocks_mhz or profile_clocks_mhz(perf.gpu):
                 measure = steady_state_measure(cap, shape, tp, clock, slo.tbt_s)
                 top = max_feasible_rate(measure, slo.ttft_s)
                 if top <= 0:

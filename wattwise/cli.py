@@ -118,7 +118,7 @@ def _profile(argv: list[str]) -> int:
     from batching.profile_sweep import sweep
     from energy.calibration import default_perf_model
     from energy.hardware import GPUS
-    from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, PROFILE_TPS
+    from energy.profile import CONV_CLASS_SHAPES, PROFILE_TPS, profile_clocks_mhz
     from energy.profile_builder import build_profile
 
     p = argparse.ArgumentParser(prog="wattwise profile", description="Write an energy profile for DynamoLLM.")
@@ -165,12 +165,13 @@ def _profile(argv: list[str]) -> int:
         profile = model_profile
     else:
         # Measure at fractions of the load the analytic model says one instance carries.
-        top = {c: max(model_profile.max_rate_per_s(c, tp, clock) for tp in PROFILE_TPS for clock in PROFILE_CLOCKS_MHZ)
+        clocks = profile_clocks_mhz(perf.gpu)
+        top = {c: max(model_profile.max_rate_per_s(c, tp, clock) for tp in PROFILE_TPS for clock in clocks)
                for c in shapes}
         rates = {c: tuple(round(top[c] * f, 4) for f in (0.1, 0.25, 0.5, 0.75, 1.0)) for c in shapes}
-        total = len(shapes) * len(PROFILE_TPS) * len(PROFILE_CLOCKS_MHZ) * 5
+        total = len(shapes) * len(PROFILE_TPS) * len(clocks) * 5
         print(f"measuring {total} points ...", file=sys.stderr)
-        profile = sweep(perf, shapes, PROFILE_TPS, PROFILE_CLOCKS_MHZ, rates, args.duration_s)
+        profile = sweep(perf, shapes, PROFILE_TPS, clocks, rates, args.duration_s)
     profile.save(args.out)
     print(f"wrote {len(profile.points)} points to {args.out}")
     return 0

@@ -3,7 +3,10 @@
 import pytest
 
 from energy.calibration import default_perf_model
+from energy.hardware import GPUS
 from energy.mlenergy_calibration import Holdout, holdout, holdouts, later_checkpoint
+from energy.profile import CONV_CLASS_SHAPES, PROFILE_CLOCKS_MHZ, profile_clocks_mhz
+from energy.profile_builder import build_profile
 from energy.profiles import MLENERGY_SOURCES, PROFILE_NAMES, default_profile, perf_model_for
 from energy.tp_scaling import fit_tp_scaling
 
@@ -138,3 +141,13 @@ def test_an_energy_profile_covers_every_tp_its_perf_model_has() -> None:
     policy = WattwisePolicy(WattwiseConfig(pools={"pool-all": ["SS", "MM", "LL"]}, model="llama3.1-8b",
                                            hardware="h100-80gb", profile="mlenergy-llama3.1-8b-h100"))
     assert policy.profile.tensor_parallel_degrees == [1]
+
+
+def test_a_profile_holds_only_clocks_its_gpu_runs() -> None:
+    """An A100 tops out at 1,410 MHz: a profile point at 1,980 would be 1,410 under another
+    name, and a plan would name a clock the GPU cannot set. An H100 keeps DynamoLLM's grid."""
+    a100 = build_profile(default_perf_model("llama2-70b", "a100-80gb", "splitwise-llama2-70b-a100"),
+                         shapes={"MM": CONV_CLASS_SHAPES["MM"]})
+    assert a100.clocks_mhz[-1] == GPUS["a100-80gb"].max_clock_mhz == 1410
+    assert all(c <= 1410 for c in a100.clocks_mhz)
+    assert profile_clocks_mhz(GPUS["h100-80gb"]) == PROFILE_CLOCKS_MHZ
