@@ -31,6 +31,7 @@ from autoscaling.splitwise.config import SplitwiseConfig
 from autoscaling.splitwise.sizing import prompt_replicas, token_replicas
 from autoscaling.throttllem.config import ThrottllemConfig
 from autoscaling.throttllem.replica_policies import replica_policies
+from autoscaling.wattwise import WattwisePolicy
 from core.classes import LengthClassConfig
 from core.paths import SERVE_CONFIG
 from core.policy import ControlPolicy
@@ -427,6 +428,29 @@ def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup
             if s.name in pools else s for s in setups]
 
 
+def as_the_planner_starts(setups: list[PoolSetup], policy: WattwisePolicy, w: Workload, config: SimConfig,
+                          lengths: LengthClassConfig) -> list[PoolSetup]:
+    """Each pool at the shape the wattwise planner gives its classes' opening load (the run's
+    first `provision_window_s`, with the planner's burst margin and GPU worth): where an
+    operator who knows the opening minute starts it, as the autoscaled baselines start
+    (`opening_replicas`). The app's own start suits an H100 serving conv: on an A100 its TP2
+    long pool cannot carry conv's first minute, on a B200 it holds four replicas where three
+    serve."""
+    classes = length_classes(w, lengths)
+    opening = w.arrival_s < config.provision_window_s
+    margin = policy.config.planner.tuning.burst_margin
+    started = []
+    for s in setups:
+        rates = {c: float(np.sum(opening & (classes == c))) / config.provision_window_s * (1.0 + margin)
+                 for c in s.classes}
+        shape = policy.planner.cheapest(rates, config.cluster_gpus,
+                                        tps=policy.config.tensor_parallel_options.get(s.name),
+                                        held_gpu_w=policy.planner.gpu_worth_w([s.name], 0.0))
+        started.append(s if shape is None else
+                       replace(s, tensor_parallel=shape.tensor_parallel, replicas=max(shape.instances, 1)))
+    return started
+
+
 def within_the_app_limits(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup]:
     """The simulated pools held to the served app's replica bounds (a replay of the app
     itself; a trace at cluster scale would outgrow a local config's caps)."""
@@ -481,7 +505,8 @@ def build(
                                    cluster_gpus=config.cluster_gpus, model=config.model, hardware=config.hardware,
                                    profile=config.profile)
     if name == "wattwise":
-        # The pools start as serve_config.yaml starts them (the controller's low-load shape).
+        # The pools are the app's (serve_config.yaml), started where the planner puts the
+        # opening minute's load (as_the_planner_starts).
         # Chiron's layer on every replica: batch work yields to interactive work.
         # min_replicas 0, as serve_config.yaml's short and medium pools: a pool may fold.
         # Each step fits the tightest TBT target of the classes (a pool may host them all), and
@@ -491,10 +516,12 @@ def build(
                           interactive_first=True, min_replicas=0, step_time_target_s=step_s,
                           prefill_by_ttft_deadline=True)
                   for s in with_throttllem(as_the_app_starts(setups, shipped_app()), config)]
-        return setups, make_policy(
+        policy = make_policy(
             name, pools={s.name: list(s.classes) for s in setups}, cluster_gpus=config.cluster_gpus,
             model=config.model, hardware=config.hardware, profile=config.profile, overheads=config.overheads,
             **(wattwise_settings or {}))
+        assert isinstance(policy, WattwisePolicy)
+        return as_the_planner_starts(setups, policy, w, config, lengths), policy
     if name == "throttllem":
         return throttllem_alone(setups, config)
     if not spec.pool_plan_args:

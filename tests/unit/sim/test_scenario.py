@@ -30,13 +30,21 @@ def test_a_pool_the_fluid_model_undersizes_gets_the_fewest_replicas_that_meet_th
     assert not meets_slos(code_bursts, replace(met, replicas=met.replicas - 1), config)
 
 
-def test_every_baseline_starts_from_the_provisioned_pools_and_the_composite_as_the_app_starts(code_bursts):
+def test_every_baseline_starts_from_the_provisioned_pools_and_the_wattwise_policy_where_its_planner_puts_them(
+        code_bursts):
     single, _ = build("singlepool", code_bursts, SimConfig())
     throttllem, _ = build("throttllem", code_bursts, SimConfig())
     assert single[0].replicas == throttllem[0].replicas > 1
-    composite, _ = build("wattwise", code_bursts, SimConfig())
-    app = {p.deployment_name: p.autoscaling.initial_replicas for p in shipped_app().pools}
-    assert {s.name: s.replicas for s in composite} == app
+    # The wattwise policy runs the app's pools, each started at the planner's shape for the
+    # opening minute's load: on A100s, slower than the H100s the app's start suits, the long
+    # pool starts at a larger TP, with more replicas.
+    w = window(load_trace("conv"), 0.0, 600.0)
+    h100, _ = build("wattwise", w, SimConfig())
+    assert [s.name for s in h100] == [p.deployment_name for p in shipped_app().pools]
+    a100_config = SimConfig(hardware="a100-80gb", profile="splitwise-llama2-70b-a100")
+    a100, _ = build("wattwise", w, a100_config)
+    long = {s.name: s for s in a100}["pool-long"]
+    assert long.tensor_parallel > 2 and long.replicas > {s.name: s for s in h100}["pool-long"].replicas
 
 
 def test_throttllem_alone_schedules_to_e2e_deadlines_as_the_paper_and_the_composite_holds_the_mean_tbt(code_bursts):
