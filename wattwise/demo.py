@@ -27,7 +27,7 @@ from core.efficiency import joules_per_generated_token, replica_energy_series
 from energy.profiles import profile_label
 from sim.config import SimConfig
 from sim.metrics import summarise as summarise_run
-from sim.scenario import build, shipped_app, within_the_app_limits
+from sim.scenario import as_the_app_starts, build, shipped_app, within_the_app_limits
 from sim.simulator import Simulator
 from sim.workload import fit_context, load_trace, window
 from wattwise.local_serve import LocalServe
@@ -205,8 +205,9 @@ def summarise(outcomes: list[Outcome], samples: list[FleetSample], cpu: StackCpu
 
 
 def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
-    """The simulator on the same window: the wattwise policy as the app ran it, and SinglePool
-    provisioned for the window's peak (its definition)."""
+    """The simulator on the same window: the wattwise policy as the app ran it (started as
+    serve_config.yaml starts it, not at the planner's opening shape the comparisons use), and
+    SinglePool provisioned for the window's peak (its definition)."""
     w = fit_context(window(load_trace(trace), start_s, duration_s), MAX_CONTEXT_TOKENS)
     config = SimConfig()
     app = shipped_app()
@@ -214,7 +215,7 @@ def simulated(trace: str, start_s: float, duration_s: float) -> dict[str, dict]:
     for policy in ("wattwise", "singlepool"):
         setups, controller = build(policy, w, config)
         if policy == "wattwise":
-            setups = within_the_app_limits(setups, app)
+            setups = within_the_app_limits(as_the_app_starts(setups, app), app)
         summary = summarise_run(Simulator(w, controller, setups, config).run(), config)
         out[policy] = {"j_per_token": summary["j_per_token"], "slo_attainment": summary["slo_attainment"]["overall"],
                        "gpu_hours": summary["gpu_hours"], "energy_j": summary["energy_j"]}
