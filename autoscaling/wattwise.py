@@ -123,29 +123,28 @@ class WattwisePolicy:
             return min(self.lengths.slo(cls).ttft_s for cls in rates)
         return sum(r * self.lengths.slo(cls).ttft_s for cls, r in rates.items()) / total
 
-    def _catch_up(self, view: ClusterView, groups: tuple[PoolGroup, ...], planned: dict[str, dict[str, float]],
-                  guarded: frozenset[str]) -> ClusterPlan:
+    def _catch_up(self, view: ClusterView, loads: dict[str, tuple[dict[str, float], float]]) -> ClusterPlan:
         """The catch-up after a burst: what each serving pool's replicas see that the rate
         forecast missed. A floor on instances from the waiting interactive requests (each
         instance holding at most `overload_queue_per_replica`), and a replica whose mean TTFT
         is over its classes' target (latency the profile does not model, e.g. the serving
         stack's own), which earns the pool one instance beyond the forecast, never more: on a
         machine whose every replica is slow (a busy CPU), adding one per plan would feed the
-        slowness. Nothing for a pool while instances are on their way."""
+        slowness. Nothing for a pool while instances are on their way. `loads`: each serving
+        pool's planned rates and margin (`_host_load`)."""
         backlog: dict[str, int] = {}
         late: dict[str, float] = {}
         per_replica = self.config.overload_queue_per_replica
-        for group in groups:
-            dep = view.deployments.get(group.host)
+        for host, (rates, _) in loads.items():
+            dep = view.deployments.get(host)
             if dep is None or dep.target_replicas > dep.current_replicas:
                 continue
             queued = dep.queued_outside + sum(s.queued_requests - s.batch_waiting for s in dep.replica_stats)
             if queued > per_replica * max(len(dep.replica_stats), 1):
-                backlog[group.host] = math.ceil(queued / per_replica)
-            ttft_target_s = self._mean_ttft_target_s(self._host_load(group, planned, guarded)[0])
+                backlog[host] = math.ceil(queued / per_replica)
             worst_s = max((s.ttft_ewma_s for s in dep.replica_stats), default=0.0)
-            if worst_s > ttft_target_s:
-                late[group.host] = worst_s
+            if worst_s > self._mean_ttft_target_s(rates):
+                late[host] = worst_s
         reason = ", ".join([f"{p} backlog {n}" for p, n in backlog.items()]
                            + [f"{p} TTFT {t:.2f} s" for p, t in late.items()])
         return ClusterPlan(backlog_instances=backlog, late_ttft_s=late, reason=f"catch-up: {reason}" if reason else "")
@@ -250,14 +249,14 @@ class WattwisePolicy:
                                     and self.planner.may_newly_fold(g.members, now_s))
 
     def _pool_plans(self, view: ClusterView, now_s: float, groups: tuple[PoolGroup, ...],
-                    planned: dict[str, dict[str, float]], catch_up: ClusterPlan,
-                    guarded_classes: Collection[str]) -> tuple[ClusterPlan, ClusterPlan, ClusterPlan]:
+                    loads: dict[str, tuple[dict[str, float], float]], catch_up: ClusterPlan,
+                    guarded_classes: Collection[str],
+                    guarded: frozenset[str]) -> tuple[ClusterPlan, ClusterPlan, ClusterPlan]:
         """DynamoLLM's two entries and the SLO guard's clocks: (shapes: each serving pool's
         replicas, TP and band, no fewer instances than `catch_up` asks; folding: the routes, and
         the replicas of pools folded away; guard: the top clock wherever a guarded class runs).
-        The pools of `guarded_classes` are planned with the guard's margin at the TP they run,
-        and serve alone."""
-        guarded = self._guarded_pools(guarded_classes)
+        `loads`: each host's planned rates and margin. The pools of `guarded_classes`
+        (`guarded`) are planned with the guard's margin at the TP they run, and serve alone."""
         replicas: dict[str, int] = {}
         tp: dict[str, int] = {}
         band: dict[str, tuple[int, int]] = {}
@@ -273,7 +272,7 @@ class WattwisePolicy:
                 held[member] = 0
                 replicas[member] = 0
                 folded.add(member)
-            rates, margin = self._host_load(group, planned, guarded)
+            rates, margin = loads[host]
             free = self.config.cluster_gpus - sum(g for other, g in held.items() if other != host)
             running = self._running(dep)
             dilation = self._dilation(host, dep)
@@ -406,9 +405,11 @@ class WattwisePolicy:
         arrivals, batch = self._class_rates(view)
         chiron = self._chiron(view, now_s, arrivals, batch)
         planned = self._planned_rates(view, now_s, arrivals, batch, chiron.batch_rate_floor_per_s)
-        groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), self._guarded_pools(guarded))
-        catch_up = self._catch_up(view, groups, planned, self._guarded_pools(guarded))
-        shapes, folding, guard_clocks = self._pool_plans(view, now_s, groups, planned, catch_up, guarded)
+        guarded_pools = self._guarded_pools(guarded)
+        groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), guarded_pools)
+        loads = {group.host: self._host_load(group, planned, guarded_pools) for group in groups}
+        catch_up = self._catch_up(view, loads)
+        shapes, folding, guard_clocks = self._pool_plans(view, now_s, groups, loads, catch_up, guarded, guarded_pools)
         guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(
             f"{cls} under target since {since_s:.0f} s" for cls, since_s in sorted(guarded.items()))) \
             if guarded else ClusterPlan()
