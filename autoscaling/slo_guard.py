@@ -16,6 +16,7 @@ Pure: a view in, the guarded classes out.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,6 +51,11 @@ class SloGuardTuning(BaseModel):
         "A pool hosting a guarded class is planned for this much more load than its forecast "
         "(on top of its burst margin): capacity the model did not see the need for. "
         "Chosen on synthetic and code loads, not on Mooncake (docs/results/2026-12-05-slo-guard.md)."))
+    escalations: int = Field(default=2, ge=0, description=(
+        "How many times a guarded class's `load_margin` may double: once each time the class "
+        "misses again after it had met its target while guarded (the margin did not cover its "
+        "next burst). The level outlives a release: a class guarded again starts where it was. "
+        "Not tuned (docs/results/2026-12-06-guard-escalation.md)."))
 
 
 class SloGuardConfig(BaseModel):
@@ -101,6 +107,8 @@ class SloGuard:
         self.config = config
         self._since: dict[str, float] = {}  # guarded class -> when it was guarded
         self._back_since: dict[str, float] = {}  # guarded class -> since when it holds its target
+        self._level: dict[str, int] = {}  # class -> times its margin missed a burst while guarded
+        self._met_while_guarded: set[str] = set()  # guarded classes at their target since their last misses
         self._first_s: float | None = None
 
     def _below(self, attained: Attainment | None) -> bool:
@@ -118,8 +126,22 @@ class SloGuard:
         hold_s = self.config.tuning.recover_hold_s
         for cls in attained.keys() | self._since.keys():
             if self._below(attained.get(cls)):
+                if cls in self._met_while_guarded:  # a new episode of misses: the margin fell short
+                    self._level[cls] = self._level.get(cls, 0) + 1
+                    self._met_while_guarded.discard(cls)
                 self._since.setdefault(cls, now_s)
                 self._back_since.pop(cls, None)
-            elif cls in self._since and now_s - self._back_since.setdefault(cls, now_s) >= hold_s:
-                del self._since[cls], self._back_since[cls]
+            elif cls in self._since:
+                self._met_while_guarded.add(cls)
+                if now_s - self._back_since.setdefault(cls, now_s) >= hold_s:
+                    del self._since[cls], self._back_since[cls]
+                    self._met_while_guarded.discard(cls)
         return dict(self._since)
+
+    def load_margin(self, classes: Collection[str]) -> float:
+        """The extra load a pool serving `classes` is planned for while one of them is guarded:
+        `load_margin`, doubled for each time a guarded class of them missed again (at most
+        `escalations` times)."""
+        tuning = self.config.tuning
+        level = max((self._level.get(cls, 0) for cls in classes if cls in self._since), default=0)
+        return tuning.load_margin * 2 ** min(level, tuning.escalations)

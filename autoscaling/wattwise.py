@@ -383,13 +383,14 @@ class WattwisePolicy:
     def _host_load(self, group: PoolGroup, planned: dict[str, dict[str, float]],
                    guarded: frozenset[str]) -> tuple[dict[str, float], float]:
         """The rates the group's host is planned for and the burst margin they carry: a host
-        the SLO guard names (it serves alone) carries `load_margin` more, for what its SLOs
-        showed the forecast missed."""
+        the SLO guard names (it serves alone) carries the guard's margin more
+        (SloGuard.load_margin), for what its SLOs showed the forecast missed."""
         rates = self._group_rates(group, planned)
         margin = self.planner.burst_margin(group.members)
         if group.host not in guarded:
             return rates, margin
-        extra = self.config.slo_guard.tuning.load_margin
+        assert self._guard is not None  # a host is guarded only by the guard
+        extra = self._guard.load_margin([cls for cls, pool in self._own_pool.items() if pool == group.host])
         return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
     def _guarded_pools(self, guarded_classes: Collection[str]) -> frozenset[str]:

@@ -132,6 +132,29 @@ def test_the_guard_names_a_class_below_target_with_enough_samples_and_frees_it_a
     assert warming.update(_view({"LM": 100}, {"LM": 50}), 1060.0) == {"LM": 1060.0}
 
 
+def test_a_class_that_misses_again_while_guarded_doubles_its_margin_up_to_the_escalations() -> None:
+    config = SloGuardConfig(tuning=SloGuardTuning(min_completed=20, min_misses=2, recover_hold_s=100.0,
+                                                  warmup_s=0.0, load_margin=0.25, escalations=2))
+    guard = SloGuard(config)
+    miss, meet = _view({"LS": 100}, {"LS": 90}), _view({"LS": 100}, {"LS": 100})
+    assert guard.load_margin(["LS", "LM"]) == 0.25  # nothing guarded: the base margin
+    guard.update(miss, 0.0)
+    guard.update(miss, 10.0)  # the same episode's misses: no escalation
+    assert guard.load_margin(["LS", "LM"]) == 0.25
+    guard.update(meet, 20.0)
+    guard.update(miss, 30.0)  # met its target while guarded, then missed: the margin fell short
+    assert guard.load_margin(["LS", "LM"]) == 0.5
+    assert guard.load_margin(["SS"]) == 0.25  # another pool's classes keep the base margin
+    for t in (40.0, 60.0, 70.0, 90.0):  # two more episodes: capped at two doublings
+        guard.update(meet if t in (40.0, 70.0) else miss, t)
+    assert guard.load_margin(["LS"]) == 1.0
+    # Released after holding its target; guarded again, it starts from the margin it had reached.
+    guard.update(meet, 100.0)
+    assert guard.update(meet, 200.0) == {}
+    guard.update(miss, 300.0)
+    assert guard.load_margin(["LS"]) == 1.0
+
+
 def test_unfolding_a_pool_cuts_it_out_of_its_group_and_keeps_the_rest_together() -> None:
     folding = PoolFolding(list(POOLS), 33.0, 300.0)
     folding.groups = (PoolGroup(("pool-short", "pool-medium", "pool-long")),)
