@@ -22,6 +22,7 @@ from pydantic import Field
 
 from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
+from autoscaling.dynamollm.prompt_work import in_profiled_requests, prompt_work
 from autoscaling.dynamollm.route_handover import RouteHandover
 from autoscaling.dynamollm.shape_planner import (
     Dilation,
@@ -101,6 +102,7 @@ class WattwisePolicy:
                                                        reconfigure_cost_s=config.overheads.reshard_s,
                                                        pool_epoch_s=config.pool_epoch_s)
         self.min_clock_mhz = min(profile.clocks_mhz)
+        self.class_shapes = profile.class_shapes  # the request shape each class is planned at
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
@@ -161,6 +163,20 @@ class WattwisePolicy:
             return None
         tp = dep.replica_stats[0].tensor_parallel
         return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
+
+    def _prompt_work(self, view: ClusterView, arrivals: dict[str, float]) -> dict[str, float]:
+        """Per class whose prompts run longer than the profile's: how many of the profile's
+        requests each arrival is worth (autoscaling.dynamollm.prompt_work), from the prompt
+        tokens every replica saw arrive."""
+        if not self.config.planner.follow_prompt_lengths:
+            return {}
+        tokens: dict[str, float] = {}
+        for dep in view.deployments.values():
+            for stats in dep.replica_stats:
+                for cls, n in stats.class_prompt_tokens_per_s.items():
+                    tokens[cls] = tokens.get(cls, 0.0) + n
+        return prompt_work(self.class_shapes, arrivals, tokens,
+                           self.config.planner.tuning.prompt_deadband)
 
     def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float]]:
         """Cluster-wide arrival rates per length class, all and batch only, wherever the
@@ -405,7 +421,9 @@ class WattwisePolicy:
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
         arrivals, batch = self._class_rates(view)
         chiron = self._chiron(view, now_s, arrivals, batch)
-        planned = self._planned_rates(view, now_s, arrivals, batch, chiron.batch_rate_floor_per_s)
+        work = self._prompt_work(view, arrivals)
+        planned = self._planned_rates(view, now_s, in_profiled_requests(arrivals, work),
+                                      in_profiled_requests(batch, work), chiron.batch_rate_floor_per_s)
         guarded_pools = self._guarded_pools(guarded)
         groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), guarded_pools)
         loads = {group.host: self._host_load(group, planned, guarded_pools) for group in groups}

@@ -315,7 +315,7 @@ class ContinuousBatcher:
                 f"the replica has {self.kv_blocks_total}"
             )
         seq = Sequence(request=request, enqueued_s=now_s, prefill_target=request.prompt_tokens)
-        self._arrivals.add(now_s, request.length_class, request.service_class == "batch")
+        self._arrivals.add(now_s, request.length_class, request.service_class == "batch", request.prompt_tokens)
         self._enqueue(seq, now_s)
         self.by_id[request.request_id] = seq
         return seq
@@ -931,6 +931,7 @@ class ContinuousBatcher:
             interactive_running=sum(1 for s in self.running if _interactive(s)),
             batch_waiting=sum(1 for s in self.waiting if s.request.service_class == "batch"),
             class_rates_per_s=self.class_rates_per_s(now_s),
+            class_prompt_tokens_per_s=self._arrivals.prompt_tokens_per_s(now_s),
             slo_completed=outcomes.completed,
             slo_met=outcomes.met,
             slo_late=dict(late),

@@ -1,5 +1,6 @@
 """Arrivals per length class over a trailing window (DynamoLLM's per-class load signal),
-and how many of them were batch work (Chiron: batch load can wait for spare capacity)."""
+how many of them were batch work (Chiron: batch load can wait for spare capacity), and their
+prompt tokens (a class's prompts may run longer than the profile it is planned on assumes)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ RATE_WINDOW_S = 30.0
 class ArrivalRates:
     def __init__(self, window_s: float = RATE_WINDOW_S) -> None:
         self.window_s = window_s
-        self._arrivals: deque[tuple[float, str, bool]] = deque()
+        self._arrivals: deque[tuple[float, str, bool, int]] = deque()
 
-    def add(self, now_s: float, length_class: str, batch: bool = False) -> None:
-        self._arrivals.append((now_s, length_class, batch))
+    def add(self, now_s: float, length_class: str, batch: bool = False, prompt_tokens: int = 0) -> None:
+        self._arrivals.append((now_s, length_class, batch, prompt_tokens))
 
     def _trim(self, now_s: float) -> None:
         while self._arrivals and self._arrivals[0][0] < now_s - self.window_s:
@@ -25,8 +26,15 @@ class ArrivalRates:
 
     def per_s(self, now_s: float) -> dict[str, float]:
         self._trim(now_s)
-        return {cls: n / self.window_s for cls, n in Counter(c for _, c, _ in self._arrivals).items()}
+        return {cls: n / self.window_s for cls, n in Counter(c for _, c, _, _ in self._arrivals).items()}
 
     def batch_per_s(self, now_s: float) -> float:
         self._trim(now_s)
-        return sum(1 for _, _, batch in self._arrivals if batch) / self.window_s
+        return sum(1 for _, _, batch, _ in self._arrivals if batch) / self.window_s
+
+    def prompt_tokens_per_s(self, now_s: float) -> dict[str, float]:
+        self._trim(now_s)
+        tokens: Counter[str] = Counter()
+        for _, cls, _, prompt in self._arrivals:
+            tokens[cls] += prompt
+        return {cls: n / self.window_s for cls, n in tokens.items()}

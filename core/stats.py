@@ -10,6 +10,7 @@ RATE_PREFIX = "rate_per_s."
 # Serve carries stats as flat floats: each per-class field travels as one key per class.
 CLASS_FIELD_PREFIXES = {
     "class_rates_per_s": RATE_PREFIX,
+    "class_prompt_tokens_per_s": "prompt_tokens_per_s.",
     "slo_completed": "slo_completed.",
     "slo_met": "slo_met.",
     "slo_late": "slo_late.",
@@ -77,6 +78,9 @@ class ReplicaStats:
     prefix_work_ratio: float = 1.0
     # Arrivals per length class over a trailing window (DynamoLLM's per-class load).
     class_rates_per_s: dict[str, float] = field(default_factory=dict)
+    # Their prompt tokens per second over the same window: with the rates, each class's mean
+    # prompt, which the planner weighs against the one its profile assumed (prompt_work).
+    class_prompt_tokens_per_s: dict[str, float] = field(default_factory=dict)
     # Interactive requests finished per length class over a trailing window, and those of
     # them that met their SLO (core.slo_outcomes): the controller's SLO guard sums them.
     slo_completed: dict[str, int] = field(default_factory=dict)
@@ -116,6 +120,6 @@ class ReplicaStats:
                 kwargs[f.name] = int(value) if f.type == "int" else bool(value) if f.type == "bool" else float(value)
         for name, prefix in CLASS_FIELD_PREFIXES.items():
             # Counts come back as Serve's mean over its look-back window: rounded to whole requests.
-            cast = float if name == "class_rates_per_s" else round
+            cast = float if name.endswith("_per_s") else round
             kwargs[name] = {k[len(prefix):]: cast(v) for k, v in metrics.items() if k.startswith(prefix)}
         return cls(**kwargs)

@@ -310,6 +310,7 @@ class VllmEngine:
             preemptions=snap.preemptions + self._preemptions,
             completed_requests=self._completed,
             class_rates_per_s=self._arrivals.per_s(now),
+            class_prompt_tokens_per_s=self._arrivals.prompt_tokens_per_s(now),
             slo_completed=outcomes.completed,
             slo_met=outcomes.met,  # no slo_late: the gate keeps no deadline per waiter; misses count as they finish
             batch_rate_per_s=self._arrivals.batch_per_s(now),
@@ -374,7 +375,8 @@ class VllmEngine:
         pending = self._pending_prompt_tokens()
         if request.overflows(pending):
             raise RequestOverflowed(rid, pending, request.refuse_above_pending_tokens)
-        self._arrivals.add(time.time(), request.length_class, request.service_class == "batch")
+        self._arrivals.add(time.time(), request.length_class, request.service_class == "batch",
+                           request.prompt_tokens)
         self._pending[rid] = [request.prompt_tokens, request.max_tokens]
         try:
             while True:

@@ -24,6 +24,7 @@ from app.config import AppConfig, default_pools
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.chiron.over_provisioning import theta_from_arrivals
 from autoscaling.chiron.policy import split_interactive_mixed
+from autoscaling.dynamollm.prompt_work import prompt_work
 from autoscaling.registry import make_policy
 from autoscaling.serve_autoscaler import most_efficient_tp
 from autoscaling.sla_planner.policy import SlaPool, recommended_tp
@@ -431,7 +432,8 @@ def as_the_app_starts(setups: list[PoolSetup], app: AppConfig) -> list[PoolSetup
 def as_the_planner_starts(setups: list[PoolSetup], policy: WattwisePolicy, w: Workload, config: SimConfig,
                           lengths: LengthClassConfig) -> list[PoolSetup]:
     """Each pool at the shape the wattwise planner gives its classes' opening load (the run's
-    first `provision_window_s`, with the planner's burst margin and GPU worth): where an
+    first `provision_window_s`, its prompts weighed as the planner weighs them, with the
+    planner's burst margin and GPU worth): where an
     operator who knows the opening minute starts it, as the autoscaled baselines start
     (`opening_replicas`). The app's own start suits an H100 serving conv: on an A100 its TP2
     long pool cannot carry conv's first minute, on a B200 it holds four replicas where three
@@ -439,10 +441,14 @@ def as_the_planner_starts(setups: list[PoolSetup], policy: WattwisePolicy, w: Wo
     classes = length_classes(w, lengths)
     opening = w.arrival_s < config.provision_window_s
     margin = policy.config.planner.tuning.burst_margin
+    window_s = config.provision_window_s
+    arrivals = {str(c): float(np.sum(opening & (classes == c))) / window_s for c in np.unique(classes)}
+    tokens = {c: float(np.sum(w.prompt_tokens[opening & (classes == c)])) / window_s for c in arrivals}
+    work = prompt_work(policy.class_shapes, arrivals, tokens, policy.config.planner.tuning.prompt_deadband) \
+        if policy.config.planner.follow_prompt_lengths else {}
     started = []
     for s in setups:
-        rates = {c: float(np.sum(opening & (classes == c))) / config.provision_window_s * (1.0 + margin)
-                 for c in s.classes}
+        rates = {c: arrivals.get(c, 0.0) * work.get(c, 1.0) * (1.0 + margin) for c in s.classes}
         shape = policy.planner.cheapest(rates, config.cluster_gpus,
                                         tps=policy.config.tensor_parallel_options.get(s.name),
                                         held_gpu_w=policy.planner.gpu_worth_w([s.name], 0.0))

@@ -94,6 +94,13 @@ class ShapePlannerTuning(BaseModel):
     downscale_hold_s: float = Field(default=90.0, ge=0, description=(
         "A smaller instance count must be enough for this long before the pool shrinks. "
         "Tuned on conv's first half."))
+    prompt_deadband: float = Field(default=0.25, ge=0, description=(
+        "A class whose mean prompt over the replicas' rate window runs more than this share above "
+        "the longest its input band was profiled at is planned for the longer prompts "
+        "(`follow_prompt_lengths`). "
+        "Set above the noise of a 30-s mean (on conv's first half the long classes still pass it "
+        "in 2-5% of plans, on code's in 8-15%), not tuned on a run's outcome "
+        "(docs/results/2026-12-06-guard-escalation.md)."))
     speed_deadband: float = Field(default=0.1, ge=0, description=(
         "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile). "
         "Assumed (step-time noise), not tuned (`75e7821`)."))
@@ -137,6 +144,12 @@ class ShapePlannerConfig(BaseModel):
         "(ReplicaStats.step_time_ratio, batching.step_speed): a pool whose engine runs f times "
         "slower than the profile is planned as the profile's engine at f times the load and 1/f "
         "of the SLOs. False: trust the profile."))
+    follow_prompt_lengths: bool = Field(default=True, description=(
+        "Plan each class on the prompts its replicas see (ReplicaStats.class_prompt_tokens_per_s): "
+        "a class whose mean prompt runs f times the longest its input band was profiled at "
+        "(beyond `prompt_deadband`) is "
+        "planned as f times its rate (autoscaling.dynamollm.prompt_work). False: the profile's "
+        "prompts."))
     tuning: ShapePlannerTuning = Field(default_factory=ShapePlannerTuning, description=(
         "Constants chosen on traces (windows, margins, headrooms, the bursty rule), each with the "
         "data it was chosen on."))

@@ -249,10 +249,12 @@ def _tuned(**changes) -> ShapePlannerConfig:
 
 
 def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replicas: int = 0,
-                  tp: dict[str, int] | None = None, step_time_ratio: float = 0.0) -> ClusterView:
+                  tp: dict[str, int] | None = None, step_time_ratio: float = 0.0,
+                  prompt_tokens: dict[str, int] | None = None) -> ClusterView:
     """A cluster that runs `plan` (replicas and TP; TP2 before any plan, or `tp` where given),
     each class's arrivals reported by the pool the plan routes it to, its replicas' steps
-    `step_time_ratio` times as long as the profile's (0: none timed yet)."""
+    `step_time_ratio` times as long as the profile's (0: none timed yet), its prompts of
+    `prompt_tokens` (per class; None: none reported)."""
     own = {c: name for name, classes in POOLS.items() for c in classes}
     deps = {}
     for name in POOLS:
@@ -261,21 +263,42 @@ def _serving_view(rates: dict[str, float], plan: ClusterPlan | None, min_replica
         served = [c for c in rates if routed.get(c, {own[c]: 1.0}) == {name: 1.0}]
         pool_tp = (tp or {}).get(name) or (plan.tensor_parallel.get(name, 2) if plan is not None else 2)
         stats = ReplicaStats(tensor_parallel=pool_tp, step_time_ratio=step_time_ratio,
-                             class_rates_per_s={c: rates[c] / max(replicas, 1) for c in served})
+                             class_rates_per_s={c: rates[c] / max(replicas, 1) for c in served},
+                             class_prompt_tokens_per_s={c: rates[c] * n / max(replicas, 1)
+                                                        for c, n in (prompt_tokens or {}).items() if c in served})
         deps[name] = DeploymentView(name, replicas, replicas, min_replicas, 64, (stats,) * replicas)
     return ClusterView(deps)
 
 
 def _run(policy: WattwisePolicy, rates: dict[str, float], until_s: float, min_replicas: int = 0,
          tp: dict[str, int] | None = None, plan: ClusterPlan | None = None,
-         step_time_ratio: float = 0.0) -> ClusterPlan:
+         step_time_ratio: float = 0.0, prompt_tokens: dict[str, int] | None = None) -> ClusterPlan:
     """Plans every plan interval against a cluster that runs each plan at once."""
     t = 0.0 if plan is None else policy._next_plan_s
     while t <= until_s:
-        plan = policy.observe(_serving_view(rates, plan, min_replicas, tp, step_time_ratio), t)
+        plan = policy.observe(_serving_view(rates, plan, min_replicas, tp, step_time_ratio, prompt_tokens), t)
         t += policy.config.plan_interval_s
     assert plan is not None
     return plan
+
+
+def test_a_class_whose_prompts_run_longer_than_its_band_was_profiled_at_gets_more_instances(profile) -> None:
+    """Mooncake's long prompts (7,200 tokens where the profile's long band runs at most 2,979):
+    the long pool is planned for them; prompts as long as the profiled ones, or within the
+    deadband above, plan as no prompts reported; and the setting turns it off."""
+    rates = {"LS": 1.5, "LM": 0.5}
+    until_s = 200.0
+
+    def long_pool(prompt_tokens: dict[str, int] | None, follow: bool = True) -> int:
+        config = WattwiseConfig(pools=POOLS, planner={"follow_prompt_lengths": follow})
+        plan = _run(WattwisePolicy(config, profile=profile), rates, until_s, prompt_tokens=prompt_tokens)
+        return plan.replicas["pool-long"] * plan.tensor_parallel["pool-long"]
+
+    as_profiled = long_pool(None)
+    assert long_pool({"LS": 2979, "LM": 2979}) == as_profiled
+    assert long_pool({"LS": 3600, "LM": 3600}) == as_profiled  # within the 25% deadband
+    assert long_pool({"LS": 7200, "LM": 7200}) > as_profiled
+    assert long_pool({"LS": 7200, "LM": 7200}, follow=False) == as_profiled
 
 
 def test_at_low_load_short_prompts_fold_into_a_longer_pool_and_route_their_classes_there(profile) -> None:

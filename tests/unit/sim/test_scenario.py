@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from core.classes import LengthClassConfig
@@ -45,6 +46,15 @@ def test_every_baseline_starts_from_the_provisioned_pools_and_the_wattwise_polic
     a100, _ = build("wattwise", w, a100_config)
     long = {s.name: s for s in a100}["pool-long"]
     assert long.tensor_parallel > 2 and long.replicas > {s.name: s for s in h100}["pool-long"].replicas
+    # Its prompts weighed as the planner weighs them: the same arrivals with prompts 2.5x the
+    # longest the long band was profiled at start on more GPUs.
+    longer = replace(w, prompt_tokens=np.where(w.prompt_tokens >= 1024, 7500, w.prompt_tokens))
+
+    def long_gpus(setups) -> int:
+        pool = {s.name: s for s in setups}["pool-long"]
+        return pool.replicas * pool.tensor_parallel
+
+    assert long_gpus(build("wattwise", longer, SimConfig())[0]) > long_gpus(h100)
 
 
 def test_throttllem_alone_schedules_to_e2e_deadlines_as_the_paper_and_the_composite_holds_the_mean_tbt(code_bursts):
