@@ -22,7 +22,7 @@ from pydantic import Field
 
 from autoscaling.chiron.deadline_capacity import BatchDemand, DeadlineCapacity, DeadlineCapacityConfig
 from autoscaling.dynamollm.pool_folding import PoolFolding, PoolGroup
-from autoscaling.dynamollm.prompt_work import in_profiled_requests, prompt_work
+from autoscaling.dynamollm.prompt_work import PromptWork, in_profiled_requests
 from autoscaling.dynamollm.route_handover import RouteHandover
 from autoscaling.dynamollm.shape_planner import (
     Dilation,
@@ -103,6 +103,9 @@ class WattwisePolicy:
                                                        pool_epoch_s=config.pool_epoch_s)
         self.min_clock_mhz = min(profile.clocks_mhz)
         self.class_shapes = profile.class_shapes  # the request shape each class is planned at
+        planner = config.planner
+        self._prompt_work = PromptWork(profile.class_shapes, planner.tuning.prompt_deadband,
+                                       planner.tuning.lookback_s) if planner.follow_prompt_lengths else None
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
@@ -164,19 +167,18 @@ class WattwisePolicy:
         tp = dep.replica_stats[0].tensor_parallel
         return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
 
-    def _prompt_work(self, view: ClusterView, arrivals: dict[str, float]) -> dict[str, float]:
+    def _prompt_work_of(self, view: ClusterView, now_s: float, arrivals: dict[str, float]) -> dict[str, float]:
         """Per class whose prompts run longer than the profile's: how many of the profile's
-        requests each arrival is worth (autoscaling.dynamollm.prompt_work), from the prompt
-        tokens every replica saw arrive."""
-        if not self.config.planner.follow_prompt_lengths:
+        requests each arrival is worth over the planner's trailing window
+        (autoscaling.dynamollm.prompt_work), from the prompt tokens every replica saw arrive."""
+        if self._prompt_work is None:
             return {}
         tokens: dict[str, float] = {}
         for dep in view.deployments.values():
             for stats in dep.replica_stats:
                 for cls, n in stats.class_prompt_tokens_per_s.items():
                     tokens[cls] = tokens.get(cls, 0.0) + n
-        return prompt_work(self.class_shapes, arrivals, tokens,
-                           self.config.planner.tuning.prompt_deadband)
+        return self._prompt_work.observe(now_s, arrivals, tokens)
 
     def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float]]:
         """Cluster-wide arrival rates per length class, all and batch only, wherever the
@@ -421,7 +423,7 @@ class WattwisePolicy:
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
         arrivals, batch = self._class_rates(view)
         chiron = self._chiron(view, now_s, arrivals, batch)
-        work = self._prompt_work(view, arrivals)
+        work = self._prompt_work_of(view, now_s, arrivals)
         planned = self._planned_rates(view, now_s, in_profiled_requests(arrivals, work),
                                       in_profiled_requests(batch, work), chiron.batch_rate_floor_per_s)
         guarded_pools = self._guarded_pools(guarded)

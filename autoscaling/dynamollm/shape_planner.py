@@ -95,7 +95,7 @@ class ShapePlannerTuning(BaseModel):
         "A smaller instance count must be enough for this long before the pool shrinks. "
         "Tuned on conv's first half."))
     prompt_deadband: float = Field(default=0.25, ge=0, description=(
-        "A class whose mean prompt over the replicas' rate window runs more than this share above "
+        "A class whose mean prompt over `lookback_s` runs more than this share above "
         "the longest its input band was profiled at is planned for the longer prompts "
         "(`follow_prompt_lengths`). "
         "Set above the noise of a 30-s mean (on conv's first half the long classes still pass it "
@@ -146,7 +146,8 @@ class ShapePlannerConfig(BaseModel):
         "of the SLOs. False: trust the profile."))
     follow_prompt_lengths: bool = Field(default=True, description=(
         "Plan each class on the prompts its replicas see (ReplicaStats.class_prompt_tokens_per_s): "
-        "a class whose mean prompt runs f times the longest its input band was profiled at "
+        "a class whose mean prompt over `lookback_s` runs f times the longest its input band was "
+        "profiled at "
         "(beyond `prompt_deadband`) is "
         "planned as f times its rate (autoscaling.dynamollm.prompt_work). False: the profile's "
         "prompts."))

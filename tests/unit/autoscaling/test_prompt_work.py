@@ -1,4 +1,4 @@
-from autoscaling.dynamollm.prompt_work import in_profiled_requests, prompt_work
+from autoscaling.dynamollm.prompt_work import PromptWork, in_profiled_requests, prompt_work
 from core.arrival_rates import ArrivalRates
 from core.stats import ReplicaStats
 from energy.profile import CONV_CLASS_SHAPES
@@ -31,3 +31,15 @@ def test_replicas_report_each_classs_prompt_tokens_over_the_rate_window_through_
     stats = ReplicaStats(class_rates_per_s=arrivals.per_s(35.0),
                          class_prompt_tokens_per_s=arrivals.prompt_tokens_per_s(35.0))
     assert ReplicaStats.from_metrics(stats.to_metrics()).class_prompt_tokens_per_s == {"LS": 100.0, "SS": 5.0}
+
+
+def test_the_work_is_read_over_the_window_so_one_reports_few_long_prompts_do_not_move_it() -> None:
+    work = PromptWork(CONV_CLASS_SHAPES, deadband=0.25, window_s=120.0)
+    for t in range(0, 120, 10):  # steady at the profile's prompts
+        assert work.observe(float(t), {"LS": 2.0}, {"LS": 2.0 * 2979}) == {}
+    # One report of a few prompts twice as long: the window's mean stays within the deadband.
+    assert work.observe(120.0, {"LS": 0.2}, {"LS": 0.2 * 6000}) == {}
+    # Long prompts that persist: the window's mean crosses it, then follows it.
+    for t in range(130, 260, 10):
+        found = work.observe(float(t), {"LS": 2.0}, {"LS": 2.0 * 7200})
+    assert abs(found["LS"] - 7200 / 2979) < 1e-9  # the older reports aged out
