@@ -55,7 +55,7 @@ class SloGuardTuning(BaseModel):
         "How many times a guarded class's `load_margin` may double: once each time the class "
         "misses again after it had met its target while guarded (the margin did not cover its "
         "next burst). The level outlives a release: a class guarded again starts where it was. "
-        "Not tuned (docs/results/2026-12-06-guard-escalation.md)."))
+        "Not tuned (docs/results/2026-12-06-prompt-lengths-and-escalation.md)."))
 
 
 class SloGuardConfig(BaseModel):

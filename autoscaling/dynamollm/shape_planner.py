@@ -98,9 +98,10 @@ class ShapePlannerTuning(BaseModel):
         "A class whose mean prompt over `lookback_s` runs more than this share above "
         "the longest its input band was profiled at is planned for the longer prompts "
         "(`follow_prompt_lengths`). "
-        "Set above the noise of a 30-s mean (on conv's first half the long classes still pass it "
-        "in 2-5% of plans, on code's in 8-15%), not tuned on a run's outcome "
-        "(docs/results/2026-12-06-guard-escalation.md)."))
+        "Set before any run, above the noise of a mean over a few requests; not tuned (over "
+        "`lookback_s`, conv's first half passes it in 2% of SL's plans and no other class's, code's "
+        "in 1-6% of the long classes') "
+        "(docs/results/2026-12-06-prompt-lengths-and-escalation.md)."))
     speed_deadband: float = Field(default=0.1, ge=0, description=(
         "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile). "
         "Assumed (step-time noise), not tuned (`75e7821`)."))
