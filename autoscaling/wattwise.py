@@ -102,9 +102,8 @@ class WattwisePolicy:
                                                        reconfigure_cost_s=config.overheads.reshard_s,
                                                        pool_epoch_s=config.pool_epoch_s)
         self.min_clock_mhz = min(profile.clocks_mhz)
-        self.class_shapes = profile.class_shapes  # the request shape each class is planned at
         planner = config.planner
-        self._prompt_work = PromptWork(profile.class_shapes, planner.tuning.prompt_deadband,
+        self._prompt_work = PromptWork(planner.tuning.prompt_reference_tokens, planner.tuning.prompt_deadband,
                                        planner.tuning.lookback_s) if planner.follow_prompt_lengths else None
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()

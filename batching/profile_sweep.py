@@ -62,4 +62,4 @@ def sweep(
         for clock in clocks_mhz
         for rate in rates_per_s[cls]
     ]
-    return EnergyProfile(perf.model.name, perf.gpu.name, points, class_shapes=shapes)
+    return EnergyProfile(perf.model.name, perf.gpu.name, points)

@@ -100,13 +100,10 @@ class EnergyProfile:
     """Lookup and interpolation over profile points of one (model, GPU)."""
 
     def __init__(self, model: str, hardware: str, points: list[ProfilePoint],
-                 weight_bytes: float | None = None,
-                 class_shapes: dict[str, tuple[int, int]] | None = None) -> None:
+                 weight_bytes: float | None = None) -> None:
         self.model = model
         self.hardware = hardware
         self.points = points
-        # The (prompt, output) tokens each class was profiled at; None: the conversation trace's.
-        self.class_shapes = dict(class_shapes or CONV_CLASS_SHAPES)
         # The profiled model's weights (re-sharding moves them); None: a built-in model's.
         self.weight_bytes = weight_bytes
         grouped: dict[tuple[str, int, int], list[ProfilePoint]] = defaultdict(list)
@@ -168,12 +165,11 @@ class EnergyProfile:
 
     def save(self, path: str | Path) -> None:
         payload = {"model": self.model, "hardware": self.hardware, "weight_bytes": self.weight_bytes,
-                   "class_shapes": self.class_shapes, "points": [asdict(p) for p in self.points]}
+                   "points": [asdict(p) for p in self.points]}
         Path(path).write_text(json.dumps(payload))
 
     @classmethod
     def load(cls, path: str | Path) -> EnergyProfile:
         data = json.loads(Path(path).read_text())
-        shapes = {c: (int(p), int(o)) for c, (p, o) in data.get("class_shapes", {}).items()}
         return cls(data["model"], data["hardware"], [ProfilePoint(**p) for p in data["points"]],
-                   data.get("weight_bytes"), shapes or None)
+                   data.get("weight_bytes"))

@@ -104,4 +104,4 @@ def build_profile(
                 if top <= 0:
                     continue
                 points += [ProfilePoint(cls, tp, clock, r, *v) for r, v in curve(measure, top)]
-    return EnergyProfile(perf.model.name, perf.gpu.name, points, perf.model.weight_bytes, shapes)
+    return EnergyProfile(perf.model.name, perf.gpu.name, points, perf.model.weight_bytes)

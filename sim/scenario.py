@@ -440,11 +440,12 @@ def as_the_planner_starts(setups: list[PoolSetup], policy: WattwisePolicy, w: Wo
     serve."""
     classes = length_classes(w, lengths)
     opening = w.arrival_s < config.provision_window_s
-    margin = policy.config.planner.tuning.burst_margin
+    tuning = policy.config.planner.tuning
+    margin = tuning.burst_margin
     window_s = config.provision_window_s
     arrivals = {str(c): float(np.sum(opening & (classes == c))) / window_s for c in np.unique(classes)}
     tokens = {c: float(np.sum(w.prompt_tokens[opening & (classes == c)])) / window_s for c in arrivals}
-    work = prompt_work(policy.class_shapes, arrivals, tokens, policy.config.planner.tuning.prompt_deadband) \
+    work = prompt_work(tuning.prompt_reference_tokens, arrivals, tokens, tuning.prompt_deadband) \
         if policy.config.planner.follow_prompt_lengths else {}
     started = []
     for s in setups:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from autoscaling.dynamollm.prompt_work import TUNED_PROMPT_TOKENS
 from autoscaling.dynamollm.reconfig import worth_reconfiguring
 from core.arrival_rates import RATE_WINDOW_S
 from core.classes import LengthClassConfig
@@ -94,13 +95,15 @@ class ShapePlannerTuning(BaseModel):
     downscale_hold_s: float = Field(default=90.0, ge=0, description=(
         "A smaller instance count must be enough for this long before the pool shrinks. "
         "Tuned on conv's first half."))
-    prompt_deadband: float = Field(default=0.25, ge=0, description=(
-        "A class whose mean prompt over `lookback_s` runs more than this share above "
-        "the longest its input band was profiled at is planned for the longer prompts "
-        "(`follow_prompt_lengths`). "
-        "Set before any run, above the noise of a mean over a few requests; not tuned (over "
-        "`lookback_s`, conv's first half passes it in 2% of SL's plans and no other class's, code's "
-        "in 1-6% of the long classes') "
+    prompt_reference_tokens: dict[str, int] = Field(default_factory=lambda: dict(TUNED_PROMPT_TOKENS), description=(
+        "Mean prompt tokens per predicted length class of the traffic these constants were tuned "
+        "on (the Azure conversation trace, classes as the shipped predictor assigns them: "
+        "autoscaling.dynamollm.prompt_work.TUNED_PROMPT_TOKENS). A class whose prompts run longer "
+        "is planned for the extra prefill (`follow_prompt_lengths`)."))
+    prompt_deadband: float = Field(default=0.35, ge=0, description=(
+        "A class whose mean prompt over `lookback_s` runs more than this share above its "
+        "`prompt_reference_tokens` is planned for the longer prompts (`follow_prompt_lengths`). "
+        "Set before any run, above the noise of a mean over a few requests; not tuned "
         "(docs/results/2026-12-06-prompt-lengths-and-escalation.md)."))
     speed_deadband: float = Field(default=0.1, ge=0, description=(
         "A measured step-time ratio within this share of 1 counts as 1 (noise, not a wrong profile). "
@@ -147,11 +150,9 @@ class ShapePlannerConfig(BaseModel):
         "of the SLOs. False: trust the profile."))
     follow_prompt_lengths: bool = Field(default=True, description=(
         "Plan each class on the prompts its replicas see (ReplicaStats.class_prompt_tokens_per_s): "
-        "a class whose mean prompt over `lookback_s` runs f times the longest its input band was "
-        "profiled at "
-        "(beyond `prompt_deadband`) is "
-        "planned as f times its rate (autoscaling.dynamollm.prompt_work). False: the profile's "
-        "prompts."))
+        "a class whose mean prompt over `lookback_s` runs f times its `prompt_reference_tokens` "
+        "(beyond `prompt_deadband`) is planned as f times its rate "
+        "(autoscaling.dynamollm.prompt_work). False: the prompts the planner was tuned with."))
     tuning: ShapePlannerTuning = Field(default_factory=ShapePlannerTuning, description=(
         "Constants chosen on traces (windows, margins, headrooms, the bursty rule), each with the "
         "data it was chosen on."))

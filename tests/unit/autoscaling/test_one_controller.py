@@ -282,10 +282,10 @@ def _run(policy: WattwisePolicy, rates: dict[str, float], until_s: float, min_re
     return plan
 
 
-def test_a_class_whose_prompts_run_longer_than_its_band_was_profiled_at_gets_more_instances(profile) -> None:
-    """Mooncake's long prompts (7,200 tokens where the profile's long band runs at most 2,979):
-    the long pool is planned for them; prompts as long as the profiled ones, or within the
-    deadband above, plan as no prompts reported; and the setting turns it off."""
+def test_a_class_whose_prompts_run_longer_than_the_planner_was_tuned_on_gets_more_instances(profile) -> None:
+    """Mooncake's long prompts (7,200 tokens where conversation's predicted LS and LM average
+    2,530 and 1,765): the long pool is planned for them; prompts as long as the tuned ones, or
+    within the deadband above, plan as no prompts reported; and the setting turns it off."""
     rates = {"LS": 1.5, "LM": 0.5}
     until_s = 200.0
 
@@ -295,8 +295,8 @@ def test_a_class_whose_prompts_run_longer_than_its_band_was_profiled_at_gets_mor
         return plan.replicas["pool-long"] * plan.tensor_parallel["pool-long"]
 
     as_profiled = long_pool(None)
-    assert long_pool({"LS": 2979, "LM": 2979}) == as_profiled
-    assert long_pool({"LS": 3600, "LM": 3600}) == as_profiled  # within the 25% deadband
+    assert long_pool({"LS": 2530, "LM": 1765}) == as_profiled
+    assert long_pool({"LS": 3300, "LM": 2300}) == as_profiled  # within the 35% deadband
     assert long_pool({"LS": 7200, "LM": 7200}) > as_profiled
     assert long_pool({"LS": 7200, "LM": 7200}, follow=False) == as_profiled
 
