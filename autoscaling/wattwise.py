@@ -104,7 +104,7 @@ class WattwisePolicy:
         self.min_clock_mhz = min(profile.clocks_mhz)
         planner = config.planner
         self._prompt_work = PromptWork(planner.tuning.prompt_reference_tokens, planner.tuning.prompt_deadband,
-                                       planner.tuning.lookback_s) if planner.follow_prompt_lengths else None
+                                       planner.tuning.bursty_lookback_s) if planner.follow_prompt_lengths else None
         self.max_clock_mhz = max(profile.clocks_mhz)
         names = LengthClassConfig.names()
         # Pools in order of the inputs they serve: a pool folds only into a later one.
