@@ -166,25 +166,13 @@ class WattwisePolicy:
         tp = dep.replica_stats[0].tensor_parallel
         return PoolShape(tp, dep.target_replicas, self.max_clock_mhz, math.inf)
 
-    def _prompt_work_of(self, view: ClusterView, now_s: float, arrivals: dict[str, float]) -> dict[str, float]:
-        """Per class whose prompts run longer than the profile's: how many of the profile's
-        requests each arrival is worth over the planner's trailing window
-        (autoscaling.dynamollm.prompt_work), from the prompt tokens every replica saw arrive."""
-        if self._prompt_work is None:
-            return {}
-        tokens: dict[str, float] = {}
-        for dep in view.deployments.values():
-            for stats in dep.replica_stats:
-                for cls, n in stats.class_prompt_tokens_per_s.items():
-                    tokens[cls] = tokens.get(cls, 0.0) + n
-        return self._prompt_work.observe(now_s, arrivals, tokens)
-
-    def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float]]:
-        """Cluster-wide arrival rates per length class, all and batch only, wherever the
-        routing sent them (replicas report batch arrivals as one rate: each class gets the
-        replica's batch share of it)."""
+    def _class_rates(self, view: ClusterView) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """Cluster-wide arrival rates per length class, all and batch only, and their prompt
+        tokens per second, wherever the routing sent them (replicas report batch arrivals as
+        one rate: each class gets the replica's batch share of it)."""
         arrivals: dict[str, float] = {}
         batch: dict[str, float] = {}
+        tokens: dict[str, float] = {}
         for dep in view.deployments.values():
             for stats in dep.replica_stats:
                 total = sum(stats.class_rates_per_s.values())
@@ -192,7 +180,9 @@ class WattwisePolicy:
                 for cls, r in stats.class_rates_per_s.items():
                     arrivals[cls] = arrivals.get(cls, 0.0) + r
                     batch[cls] = batch.get(cls, 0.0) + r * share
-        return arrivals, batch
+                for cls, n in stats.class_prompt_tokens_per_s.items():
+                    tokens[cls] = tokens.get(cls, 0.0) + n
+        return arrivals, batch, tokens
 
     @staticmethod
     def _group_rates(group: PoolGroup, planned: dict[str, dict[str, float]]) -> dict[str, float]:
@@ -407,7 +397,7 @@ class WattwisePolicy:
         if group.host not in guarded:
             return rates, margin
         assert self._guard is not None  # a host is guarded only by the guard
-        extra = self._guard.load_margin([cls for cls, pool in self._own_pool.items() if pool == group.host])
+        extra = self._guard.load_margin(self.config.pools[group.host])
         return {cls: r * (1.0 + extra) for cls, r in rates.items()}, (1.0 + margin) * (1.0 + extra) - 1.0
 
     def _guarded_pools(self, guarded_classes: Collection[str]) -> frozenset[str]:
@@ -420,9 +410,10 @@ class WattwisePolicy:
         `autoscaling.ownership.DECISIONS`); a layer may read what an earlier one wrote: the
         shapes are sized on Chiron's batch floor and the catch-up floors."""
         guarded = self._guard.update(view, now_s) if self._guard is not None else {}
-        arrivals, batch = self._class_rates(view)
+        arrivals, batch, prompt_tokens = self._class_rates(view)
         chiron = self._chiron(view, now_s, arrivals, batch)
-        work = self._prompt_work_of(view, now_s, arrivals)
+        # Classes whose prompts run longer than the planner was tuned on, over its long window.
+        work = self._prompt_work.observe(now_s, arrivals, prompt_tokens) if self._prompt_work is not None else {}
         planned = self._planned_rates(view, now_s, in_profiled_requests(arrivals, work),
                                       in_profiled_requests(batch, work), chiron.batch_rate_floor_per_s)
         guarded_pools = self._guarded_pools(guarded)
