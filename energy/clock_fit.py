@@ -2,7 +2,8 @@
 
 One fit reads three measurements at once:
 - DynamoLLM's Table I (H100, Llama2-70B, nine length classes at a fixed load), read on the stack
-  DynamoLLM measured (energy.model_check.dynamollm_stack) with the default profile's latencies.
+  DynamoLLM measured (energy.model_check.dynamollm_stack) with the default profile's latencies,
+  as the GPU energy of the 8-GPU server (energy.model_check.server_cells).
   Table II's low and high loads and Table III's Llama3-70B row are held out.
 - Splitwise's power-capped H100 (350 W per GPU): its prompt and token times, predicted from the
   uncapped fit plus the power model (energy.calibration.power_cap_report).
@@ -33,7 +34,7 @@ from energy.model_check import (
     THROTTLLEM_EFFICIENCY_GAIN,
     THROTTLLEM_TBT_STRETCH,
     RowCheck,
-    instance_cells,
+    server_cells,
     sweet_spot,
 )
 from energy.perf_model import PerfModel
@@ -78,7 +79,7 @@ def row_loss(check: RowCheck) -> float:
 
 
 def table_loss(perf: PerfModel, rows: list[MeasuredRow]) -> float:
-    return sum(row_loss(RowCheck(r, instance_cells(perf, r))) for r in rows)
+    return sum(row_loss(RowCheck(r, server_cells(perf, r))) for r in rows)
 
 
 def power_cap_loss(capped: PerfModel) -> float:
@@ -121,8 +122,15 @@ def _physics(values: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
     return (shared | {n: named[f"h100.{n}"] for n in OWN}, shared | {n: named[f"a100.{n}"] for n in OWN})
 
 
+def _last_fit(data: FitData) -> np.ndarray:
+    """The physics the GPUs carry now (energy.hardware): where the last fit stopped."""
+    h100, a100 = data.dynamollm.gpu, data.a100.gpu
+    return np.array([getattr(a100 if n.startswith("a100.") else h100, n.split(".")[-1]) for n in _names()])
+
+
 def fit_clock_physics(data: FitData) -> ClockFit:
-    """Seeded random starts inside the bounds, the best three polished by Nelder-Mead."""
+    """Seeded random starts inside the bounds and the last fit, the best three polished by
+    Nelder-Mead: a refit on new data or a new loss moves on from where the last one stopped."""
     names = _names()
     low = np.array([BOUNDS[n.split(".")[-1]][0] for n in names])
     high = np.array([BOUNDS[n.split(".")[-1]][1] for n in names])
@@ -134,7 +142,7 @@ def fit_clock_physics(data: FitData) -> ClockFit:
                 + A100_WEIGHT * a100_loss(with_physics(data.a100, a100)))
 
     rng = np.random.default_rng(SEED)
-    starts = low + rng.random((STARTS, len(names))) * (high - low)
+    starts = [*(low + rng.random((STARTS, len(names))) * (high - low)), np.clip(_last_fit(data), low, high)]
     best = min((minimize(loss_at, s, method="Nelder-Mead", options={"maxiter": 3000, "xatol": 1e-4, "fatol": 1e-6})
                 for s in sorted(starts, key=loss_at)[:3]), key=lambda r: r.fun)
     h100, a100 = _physics(np.clip(best.x, low, high))

@@ -129,8 +129,8 @@ GPUS: dict[str, GpuSpec] = {
     "h100-80gb": GpuSpec(
         name="h100-80gb", memory_gib=80, min_clock_mhz=800, max_clock_mhz=1980,
         idle_w=110, prompt_w=700, token_w=380, price_per_hour=4.0, hbm_tb_per_s=3.35, peak_tflops=989,
-        token_compute_share=0.4019, roofline_sharpness=10.0637, prompt_compute_share=0.5,
-        prompt_core_power_share=0.725, voltage_floor=0.55, token_core_power_share=0.1389, voltage_knee=0.6616,
+        token_compute_share=0.4071, roofline_sharpness=12.6253, prompt_compute_share=0.5,
+        prompt_core_power_share=0.723, voltage_floor=0.5501, token_core_power_share=0.137, voltage_knee=0.6237,
         tp_comm_ms_per_doubling=2.39, tp_power_ratio_per_doubling=0.746,
     ),
     # Idle: Splitwise's 63 W raised by H100's loaded/unloaded ratio (110/69). Clock physics:
@@ -138,8 +138,8 @@ GPUS: dict[str, GpuSpec] = {
     "a100-80gb": GpuSpec(
         name="a100-80gb", memory_gib=80, min_clock_mhz=210, max_clock_mhz=1410,
         idle_w=100, prompt_w=400, token_w=250, price_per_hour=2.0, hbm_tb_per_s=2.04, peak_tflops=312,
-        token_compute_share=0.4019, roofline_sharpness=10.0637, prompt_compute_share=0.5,
-        prompt_core_power_share=0.725, voltage_floor=0.55, token_core_power_share=0.612, voltage_knee=0.85,
+        token_compute_share=0.4071, roofline_sharpness=12.6253, prompt_compute_share=0.5,
+        prompt_core_power_share=0.723, voltage_floor=0.5501, token_core_power_share=0.6233, voltage_knee=0.7976,
         tp_comm_ms_per_doubling=2.39, tp_power_ratio_per_doubling=0.746,
     ),
     # DGX B200 (1000 W TDP). Not in Splitwise: idle (H100's loaded floor as a share of TDP) and the
@@ -149,8 +149,8 @@ GPUS: dict[str, GpuSpec] = {
     "b200-180gb": GpuSpec(
         name="b200-180gb", memory_gib=179, min_clock_mhz=800, max_clock_mhz=1965,
         idle_w=157, prompt_w=1000, token_w=950, price_per_hour=6.0, hbm_tb_per_s=8.0, peak_tflops=2250,
-        token_compute_share=0.4019, roofline_sharpness=10.0637, prompt_compute_share=0.5,
-        prompt_core_power_share=0.725, voltage_floor=0.55, token_core_power_share=0.1389, voltage_knee=0.6616,
+        token_compute_share=0.4071, roofline_sharpness=12.6253, prompt_compute_share=0.5,
+        prompt_core_power_share=0.723, voltage_floor=0.5501, token_core_power_share=0.137, voltage_knee=0.6237,
         tp_comm_ms_per_doubling=2.39, tp_power_ratio_per_doubling=0.746,
     ),
 }

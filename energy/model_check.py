@@ -1,9 +1,10 @@
 """The perf/power model beside the measurements it must reproduce.
 
 DynamoLLM Tables I-III (energy.dynamollm_tables): one instance of each TP at each clock carries
-the row's load; the model's cell is that instance's mean power (its energy over the tables'
-fixed duration) from the fluid CapacityModel the planners use, blank where it misses the
-class's TTFT or TBT target. Only ratios within a row are compared. DynamoLLM measured vLLM of
+the row's load on an 8-GPU server; the model's cell is the server's GPU power (its energy over
+the tables' fixed duration): the instance's from the fluid CapacityModel the planners use, plus
+the GPUs the instance leaves unused, blank where it misses the class's TTFT or TBT target. Only
+ratios within a row are compared. DynamoLLM measured vLLM of
 2024, the stack Splitwise measured latencies on (same group, model and DGX-H100): its steps
 carried 10-19 ms more CPU and launch overhead than today's vLLM (Splitwise's Llama2-70B decode
 step minus the default profile's, per TP). `dynamollm_stack` adds that measured overhead to a
@@ -53,9 +54,15 @@ def dynamollm_stack(perf: PerfModel) -> PerfModel:
     return PerfModel(perf.gpu, perf.model, fits, perf.decode_power, perf.power_tp)
 
 
-def instance_cells(perf: PerfModel, row: MeasuredRow) -> np.ndarray:
-    """Mean power (W) of one instance per (TP, clock) cell carrying the row's load; nan where
-    the model says it misses the class's SLO (or the profile has no such TP)."""
+# DynamoLLM reports "the energy consumed by the GPUs" of one DGX-H100: a TP2 or TP4 instance
+# leaves 6 or 4 GPUs idle with no model loaded, which its §III measured at 550 W for all 8.
+SERVER_GPUS = 8
+UNUSED_GPU_W = 550 / SERVER_GPUS
+
+
+def server_cells(perf: PerfModel, row: MeasuredRow) -> np.ndarray:
+    """Mean GPU power (W) of the server per (TP, clock) cell, one instance carrying the row's
+    load; nan where the model says it misses the class's SLO (or the profile has no such TP)."""
     prompt, output = CONV_CLASS_SHAPES[row.length_class]
     rate = row.rate_per_s(prompt, output)
     slo = LENGTHS.slo(row.length_class)
@@ -67,7 +74,7 @@ def instance_cells(perf: PerfModel, row: MeasuredRow) -> np.ndarray:
         for j, ghz in enumerate(CLOCKS_GHZ):
             value = steady_state_measure(cap, (prompt, output), tp, clock_mhz(perf, ghz), slo.tbt_s)(rate)
             if value is not None and value[1] <= slo.ttft_s:
-                out[i, j] = value[0]
+                out[i, j] = value[0] + (SERVER_GPUS - tp) * UNUSED_GPU_W
     return out
 
 
@@ -161,7 +168,7 @@ class RowCheck:
 def check_rows(perf_for: dict[str, PerfModel], rows: list[MeasuredRow]) -> list[RowCheck]:
     """Each row beside the model; `perf_for` maps a row's model to the PerfModel sizing it
     (rows of other models are left out)."""
-    return [RowCheck(r, instance_cells(perf_for[r.model], r)) for r in rows if r.model in perf_for]
+    return [RowCheck(r, server_cells(perf_for[r.model], r)) for r in rows if r.model in perf_for]
 
 
 @dataclass(frozen=True)

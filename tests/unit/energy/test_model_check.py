@@ -42,15 +42,16 @@ def test_tables_read_as_the_paper_states_their_argmins() -> None:
 
 def test_model_reproduces_dynamollm_tables_on_their_stack() -> None:
     """Tables I-II (11 rows): the measured argmin is the model's, or within 3% of its least, in 8;
-    E(0.8 GHz)/E(1.2 GHz) within 0.06 in 6 of 9; E(TP8)/E(TP4) at 2.0 GHz within 15% in 5 of 9
-    and their medians within 15%. The issue's targets (9 of 11, every row, every row) are not
-    all met: docs/results/2026-12-05-model-check.md says which rows miss and why."""
+    E(0.8 GHz)/E(1.2 GHz) within 0.06 in 6 of 9; E(TP8)/E(TP4) at 2.0 GHz within 15% in 8 of 9
+    (5 of 9 read as one instance's GPUs, not the server's) and their medians within 15%. The
+    issue's targets (9 of 11, every row, every row) are not all met: the model-check results
+    file (docs/results) says which rows miss and why."""
     checks = _checks()
     met = targets(checks)
     assert (met.rows, met.low_clock_rows, met.tp_rows) == (11, 9, 9)
     assert met.argmin_rows >= 8
     assert met.low_clock_within >= 6
-    assert met.tp_within >= 5
+    assert met.tp_within >= 8
     tp = np.array([c.tp8_over_tp4 for c in counted(checks) if c.tp8_over_tp4])
     assert np.median(tp[:, 1]) == pytest.approx(np.median(tp[:, 0]), rel=0.15)
     # Lower clocks lose at a fixed load, as measured: 0.8 GHz costs more than 1.2 GHz in every row.
@@ -72,10 +73,10 @@ def test_held_out_rows() -> None:
 
 def test_todays_stack_still_pays_for_the_lowest_clock() -> None:
     """On the default profile's own stack (2026 vLLM: 10-19 ms less overhead per step) 0.8 GHz
-    still costs more than 1.2 GHz at the tables' loads: 4-10% where decode dominates (14-22% on
-    DynamoLLM's stack), more where prefill does (LS: 24%)."""
+    still costs the server more than 1.2 GHz at the tables' loads: 3-10% where decode dominates
+    (9-19% on DynamoLLM's stack), more where prefill does (LS: 24%)."""
     today = [c for c in _checks(stack=False) if c.low_clock_ratio and np.isfinite(c.low_clock_ratio[1])]
-    assert len(today) == 12 and all(c.low_clock_ratio[1] > 1.03 for c in today)  # Tables I-III
+    assert len(today) == 12 and all(c.low_clock_ratio[1] > 1.02 for c in today)  # Tables I-III
 
 
 def test_a100_sweet_spot_within_one_step_of_throttllems() -> None:
