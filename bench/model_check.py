@@ -94,7 +94,7 @@ def leave_one_out(rows: list[MeasuredRow]) -> None:
         else:
             data = dataclasses.replace(data, rows=[])
         try:
-            fit = fit_clock_physics(data)
+            fit = fit_clock_physics(data, from_last_fit=False)
         finally:
             clock_fit.CAP_WEIGHT, clock_fit.A100_WEIGHT = saved
         t = targets(check_rows(sized(dynamollm_stack, fit.h100), rows))

@@ -33,20 +33,20 @@ from sim.workload import Workload, diurnal, fit_context, load_trace, scale_rate,
 
 POLICIES = ("singlepool", *OPERATOR_BASELINES, "wattwise")
 # energy.clock_fit's refits without each of its three measurements (`wattwise bench model-check
-# --leave-one-out`, docs/results/2026-12-05-model-check.md).
+# --leave-one-out`, docs/results/2026-12-06-model-check.md).
 REFITS: dict[str, dict[str, float]] = {
     "refit without DynamoLLM's tables": {
         "token_compute_share": 0.4333, "roofline_sharpness": 14.2093, "prompt_compute_share": 0.8088,
         "prompt_core_power_share": 0.8073, "voltage_floor": 0.55, "token_core_power_share": 0.3927,
         "voltage_knee": 0.6714},
     "refit without Splitwise's power cap": {
-        "token_compute_share": 0.3716, "roofline_sharpness": 16.0, "prompt_compute_share": 1.0,
-        "prompt_core_power_share": 0.1, "voltage_floor": 0.624, "token_core_power_share": 0.1,
+        "token_compute_share": 0.3817, "roofline_sharpness": 16.0, "prompt_compute_share": 1.0,
+        "prompt_core_power_share": 0.1, "voltage_floor": 0.55, "token_core_power_share": 0.1,
         "voltage_knee": 0.6061},
     "refit without throttLL'eM's A100": {
-        "token_compute_share": 0.3928, "roofline_sharpness": 16.0, "prompt_compute_share": 0.5,
-        "prompt_core_power_share": 0.1, "voltage_floor": 0.85, "token_core_power_share": 0.1839,
-        "voltage_knee": 0.6061},
+        "token_compute_share": 0.407, "roofline_sharpness": 16.0, "prompt_compute_share": 0.5,
+        "prompt_core_power_share": 0.725, "voltage_floor": 0.55, "token_core_power_share": 0.1373,
+        "voltage_knee": 0.6313},
 }
 
 

@@ -128,9 +128,11 @@ def _last_fit(data: FitData) -> np.ndarray:
     return np.array([getattr(a100 if n.startswith("a100.") else h100, n.split(".")[-1]) for n in _names()])
 
 
-def fit_clock_physics(data: FitData) -> ClockFit:
+def fit_clock_physics(data: FitData, from_last_fit: bool = True) -> ClockFit:
     """Seeded random starts inside the bounds and the last fit, the best three polished by
-    Nelder-Mead: a refit on new data or a new loss moves on from where the last one stopped."""
+    Nelder-Mead: a refit on new data or a new loss moves on from where the last one stopped.
+    A fit that leaves a measurement out starts from random points only (`from_last_fit`
+    False): the last fit saw that measurement."""
     names = _names()
     low = np.array([BOUNDS[n.split(".")[-1]][0] for n in names])
     high = np.array([BOUNDS[n.split(".")[-1]][1] for n in names])
@@ -142,7 +144,9 @@ def fit_clock_physics(data: FitData) -> ClockFit:
                 + A100_WEIGHT * a100_loss(with_physics(data.a100, a100)))
 
     rng = np.random.default_rng(SEED)
-    starts = [*(low + rng.random((STARTS, len(names))) * (high - low)), np.clip(_last_fit(data), low, high)]
+    starts = list(low + rng.random((STARTS, len(names))) * (high - low))
+    if from_last_fit:
+        starts.append(np.clip(_last_fit(data), low, high))
     best = min((minimize(loss_at, s, method="Nelder-Mead", options={"maxiter": 3000, "xatol": 1e-4, "fatol": 1e-6})
                 for s in sorted(starts, key=loss_at)[:3]), key=lambda r: r.fun)
     h100, a100 = _physics(np.clip(best.x, low, high))
