@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
+from opentelemetry.trace import StatusCode
 
 from app.splitwise_config import SplitwiseServeConfig
 from autoscaling.chiron.local import LocalAutoscalerConfig, LocalBatchAutoscaler
@@ -220,26 +221,33 @@ class LLMReplica:
                 del self._streaming[request.request_id]
 
     async def _flushed_chunks(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
-        with tracer.start_as_current_span("wattwise.replica.generate") as span:
-            span.set_attribute("wattwise.pool", self.pool)
-            span.set_attribute("wattwise.length_class", request.length_class)
-            held: list[GenerationChunk] = []  # since the last flush
-            last_flush = 0.0
-            try:
-                async for chunk in chunks:
-                    held.append(chunk)
-                    now = time.monotonic()
-                    if chunk.finish_reason is not None:
-                        self._record(request, chunk)
-                        span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
-                        yield ReplicaChunk.merged(held)
-                        return
-                    if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
-                        yield ReplicaChunk.merged(held)
-                        held.clear()
-                        last_flush = now
-            except (RequestSquashed, RequestShed) as exc:
-                yield self._refused(exc)
+        # Started, not made current: a generator runs in its consumer's context, and one
+        # closed from another task (a superseded orphan) could not detach a current span.
+        span = tracer.start_span("wattwise.replica.generate", attributes={
+            "wattwise.pool": self.pool, "wattwise.length_class": request.length_class})
+        held: list[GenerationChunk] = []  # since the last flush
+        last_flush = 0.0
+        try:
+            async for chunk in chunks:
+                held.append(chunk)
+                now = time.monotonic()
+                if chunk.finish_reason is not None:
+                    self._record(request, chunk)
+                    span.set_attribute("wattwise.energy_j", chunk.usage.energy_j if chunk.usage else 0.0)
+                    yield ReplicaChunk.merged(held)
+                    return
+                if last_flush == 0.0 or now - last_flush >= self.stream_flush_s:
+                    yield ReplicaChunk.merged(held)
+                    held.clear()
+                    last_flush = now
+        except (RequestSquashed, RequestShed) as exc:
+            yield self._refused(exc)
+        except Exception as exc:
+            span.record_exception(exc)
+            span.set_status(StatusCode.ERROR)
+            raise
+        finally:
+            span.end()
 
     async def complete(self, request: Request) -> Reply:
         """Whole response in one reply: no per-chunk cost for non-streaming clients."""
