@@ -604,8 +604,8 @@ def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_least_power
     planned clock as the floor; batch work that runs as it arrives does not."""
     config = WattwiseConfig(pools={"pool-short": POOLS["pool-short"]}, fold_pools=False,
                             tensor_parallel_options={"pool-short": [8]})
-    load = {"SS": 20.0}
-    shape = cheapest_shape(profile, {"SS": 20.0 * 1.25}, LENGTHS, config.planner.tuning.headroom, 1, 96, tps=[8],
+    load = {"SS": 40.0}
+    shape = cheapest_shape(profile, {"SS": 40.0 * 1.25}, LENGTHS, config.planner.tuning.headroom, 1, 96, tps=[8],
                            ttft_headroom=config.planner.tuning.ttft_headroom, load_rates=load)
     assert shape is not None
     carrying = [c for c in profile.clocks_mhz
@@ -614,7 +614,7 @@ def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_least_power
                 and n <= shape.instances]
     lowest = shape.run_clock_mhz
     assert lowest == min(carrying, key=lambda c: shape_power_w(profile, load, 8, c, shape.instances))
-    assert lowest > min(carrying)  # the lowest clock that carries the load draws more (1,400 vs 800 MHz)
+    assert lowest > min(carrying)  # the lowest clock that carries the load draws more (1,200 vs 1,000 MHz)
 
     def floor_after(per_step_clock: bool, rate_at, config: WattwiseConfig, end_s: float = 600.0,
                     batch_rate_per_s: float = 0.0, batch_waiting: int = 0) -> float:
@@ -630,10 +630,10 @@ def test_a_steady_pool_whose_replicas_pick_each_steps_clock_gets_the_least_power
         assert plan is not None
         return plan.clock_band_mhz["pool-short"][0]
 
-    steady = lambda t: 20.0  # noqa: E731
-    bursty = lambda t: 20.0 if t % 120.0 < 20.0 else 0.0  # noqa: E731
+    steady = lambda t: 40.0  # noqa: E731
+    bursty = lambda t: 40.0 if t % 120.0 < 20.0 else 0.0  # noqa: E731
     assert floor_after(True, steady, config) == lowest
-    planned = floor_after(False, steady, config)  # sized for the margined peak: 1,200 MHz here
+    planned = floor_after(False, steady, config)  # sized for the margined peak: 1,600 MHz here
     assert planned != lowest and planned in profile.clocks_mhz
     assert floor_after(True, steady, config.model_copy(update={"lowest_floor_when_steady": False})) == planned
     assert floor_after(True, bursty, config) != lowest
