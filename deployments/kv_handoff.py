@@ -16,7 +16,8 @@ import asyncio
 import dataclasses
 import math
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
 from typing import Any
 
 import ray
@@ -115,29 +116,32 @@ async def fetch_kv(kv: KvHandle, timeout_s: float) -> Any | None:
 
 
 async def _vllm_tokens(engine: Any, request: Request, kv: KvHandle, timeout_s: float,
-                       outcome: list[str]) -> AsyncIterator[GenerationChunk]:
+                       outcome: list[str]) -> AsyncGenerator[GenerationChunk, None]:
     if kv.via == CONNECTOR:  # vLLM's own connector loads the KV (or recomputes on a miss)
         outcome.append(CONNECTOR)
-        async for chunk in engine.generate(request):
-            yield chunk
+        async with aclosing(engine.generate(request)) as chunks:
+            async for chunk in chunks:
+                yield chunk
         return
     blocks = await fetch_kv(kv, timeout_s)
     keys = engine.import_kv(blocks) if blocks else []
     outcome.append(OBJECT_STORE if keys else RECOMPUTED)
     try:
-        async for chunk in engine.generate(request):
-            yield chunk
+        async with aclosing(engine.generate(request)) as chunks:
+            async for chunk in chunks:
+                yield chunk
     finally:
         engine.release_kv(keys)
 
 
 async def run_tokens(engine: Engine, request: Request, kv: KvHandle, replica: str, timeout_s: float,
-                     outcome: list[str]) -> AsyncIterator[GenerationChunk]:
+                     outcome: list[str]) -> AsyncGenerator[GenerationChunk, None]:
     """The token phase on `replica` from the prompt replica's KV; `outcome` gets how the
     KV arrived (LOCAL KV on another replica, if routing fell back, is not there: recompute)."""
     if not hasattr(engine, "resume"):
-        async for chunk in _vllm_tokens(engine, request, kv, timeout_s, outcome):
-            yield chunk
+        async with aclosing(_vllm_tokens(engine, request, kv, timeout_s, outcome)) as chunks:
+            async for chunk in chunks:
+                yield chunk
         return
     if kv.via == LOCAL:
         present = kv.source_replica == replica
@@ -148,5 +152,6 @@ async def run_tokens(engine: Engine, request: Request, kv: KvHandle, replica: st
     prior = Sequence(request=request, enqueued_s=request.arrival_s, generated=kv.generated,
                      first_token_s=kv.first_token_s, last_token_s=kv.last_token_s, energy_j=kv.energy_j,
                      max_tbt_s=kv.max_tbt_s)
-    async for chunk in engine.resume(request, prior, present):
-        yield chunk
+    async with aclosing(engine.resume(request, prior, present)) as resumed:
+        async for chunk in resumed:
+            yield chunk

@@ -10,10 +10,11 @@ construct it directly. What it sends back is typed (deployments.messages).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass, replace
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import ray
@@ -40,6 +41,16 @@ logger = logging.getLogger("ray.serve")
 # Follows the controller's plan forever, calling its argument with each new plan
 # (deployments.plan_store.follow_plan for this replica's app).
 PlanFollower = Callable[[Callable[[PublishedPlan], None]], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class _Stream:
+    """One request's stream on this replica: the task driving it now (Serve drives a stream
+    from one task; a caller may pull each chunk from another), and when it ended (the engine
+    has let go of the request id)."""
+
+    task: asyncio.Task | None
+    ended: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 @dataclass(frozen=True)
@@ -73,7 +84,7 @@ class LLMReplica:
         # What the GPUs run at, as the GPU-control actor reads it back (None: not read yet).
         self.applied_clock_mhz: float | None = None
         self._refused_tp: int | None = None  # the last plan TP the engine could not take
-        self._streaming: dict[str, asyncio.Task] = {}  # request id -> the task streaming it
+        self._streaming: dict[str, _Stream] = {}  # request id -> its stream here
 
     def _ensure_following_plan(self) -> None:
         if self._follow_plan is not None and (self._follower is None or self._follower.done()):
@@ -199,26 +210,37 @@ class LLMReplica:
                 item = replace(item, kv=outcome[0] if outcome else None, replica=replica)
             yield item
 
-    async def _supersede(self, request_id: str) -> None:
+    async def _supersede(self, request_id: str) -> _Stream:
         """A stream arriving under the id of one this replica still streams: its first
         caller died (an ingress replica lost with its machine) and the gateway resumed the
-        request; the orphan stops, freeing its batch slot and its id."""
-        this, orphan = asyncio.current_task(), self._streaming.get(request_id)
-        if orphan is not None and orphan is not this and not orphan.done():
-            orphan.cancel()
-            await asyncio.wait({orphan}, timeout=10.0)
-        if this is not None:
-            self._streaming[request_id] = this
+        request; the orphan stops, freeing its batch slot and its id, before this one starts."""
+        orphan = self._streaming.get(request_id)
+        if orphan is not None:
+            if orphan.task is not None and not orphan.task.done():
+                orphan.task.cancel()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(orphan.ended.wait(), timeout=10.0)
+        stream = self._streaming[request_id] = _Stream(asyncio.current_task())
+        return stream
 
-    async def _flushed(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
+    async def _flushed(self, request: Request, chunks: AsyncGenerator[GenerationChunk, None]) -> AsyncIterator[Reply]:
         self._ensure_following_plan()
-        await self._supersede(request.request_id)
+        stream = await self._supersede(request.request_id)
         try:
             async for reply in self._flushed_chunks(request, chunks):
+                if not isinstance(reply, ReplicaChunk) or reply.finish_reason is not None:
+                    await self._end(request.request_id, stream, chunks)  # before its caller stops pulling
                 yield reply
+                stream.task = asyncio.current_task()
         finally:
-            if self._streaming.get(request.request_id) is asyncio.current_task():
-                del self._streaming[request.request_id]
+            await self._end(request.request_id, stream, chunks)
+
+    async def _end(self, request_id: str, stream: _Stream, chunks: AsyncGenerator[GenerationChunk, None]) -> None:
+        """The engine lets go of the request id (its stream closed), then `ended`."""
+        await chunks.aclose()
+        stream.ended.set()
+        if self._streaming.get(request_id) is stream:
+            del self._streaming[request_id]
 
     async def _flushed_chunks(self, request: Request, chunks: AsyncIterator[GenerationChunk]) -> AsyncIterator[Reply]:
         # Started, not made current: a generator runs in its consumer's context, and one

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from dataclasses import dataclass, replace
 
 from autoscaling.splitwise.machine import machine_policies
@@ -176,7 +176,7 @@ class ModelledEngine:
         self.batcher.charge_idle(perf.idle_power_w(tp) * self.config.overheads.reshard_s)
         self.batcher.set_tensor_parallel(tp)
 
-    def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: Request) -> AsyncGenerator[GenerationChunk, None]:
         refused = unmodelled(request.sampling)
         if refused:  # the ingress answers these with a 400 (app.sampling); never served in silence
             raise ValueError(f"request {request.request_id}: the modelled engine cannot honour {refused}")
@@ -185,14 +185,14 @@ class ModelledEngine:
             request = replace(request, target_output_tokens=ending.tokens)
         return self._stream(request, lambda: self.batcher.add(request, self._clock()), ending)
 
-    def resume(self, request: Request, prior: Sequence, kv_present: bool) -> AsyncIterator[GenerationChunk]:
+    def resume(self, request: Request, prior: Sequence, kv_present: bool) -> AsyncGenerator[GenerationChunk, None]:
         """Splitwise token phase: continue a sequence a prompt replica started, from its
         transferred KV (or, without it, after recomputing the prompt); streams only new tokens."""
         return self._stream(request, lambda: self.batcher.resume(request, prior, self._clock(), kv_present),
                             placeholder_ending(request))
 
     async def _stream(self, request: Request, enter: Callable[[], Sequence],
-                      ending: Ending) -> AsyncIterator[GenerationChunk]:
+                      ending: Ending) -> AsyncGenerator[GenerationChunk, None]:
         """The request's own generator (no wrapper around it), so closing what generate()
         returns runs the `finally` below and aborts the request at once. A continuation of a
         request another replica started goes on with its text (`ending` from its offset)."""

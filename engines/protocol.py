@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -105,7 +105,7 @@ class Engine(Protocol):
 
     def count_tokens(self, text: str) -> int: ...
 
-    def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+    def generate(self, request: Request) -> AsyncGenerator[GenerationChunk, None]:
         """Stream a request's output; closing the iterator aborts the request."""
         ...
 

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Iterator
 from typing import Any
 
 import psutil
@@ -358,7 +358,7 @@ class VllmEngine:
         )
 
     # ---- protocol: generation ----------------------------------------------------
-    async def generate(self, request: Request) -> AsyncIterator[GenerationChunk]:
+    async def generate(self, request: Request) -> AsyncGenerator[GenerationChunk, None]:
         """Stream DELTA outputs; closing the iterator (client gone) aborts in vLLM.
 
         On a mixed replica (interactive_first) interactive requests wait ahead of batch
@@ -369,7 +369,7 @@ class VllmEngine:
         async for chunk in self._generate(run, urgent):
             yield chunk
 
-    async def _generate(self, run: Continuation, urgent: bool) -> AsyncIterator[GenerationChunk]:
+    async def _generate(self, run: Continuation, urgent: bool) -> AsyncGenerator[GenerationChunk, None]:
         request = run.request
         rid = request.request_id
         pending = self._pending_prompt_tokens()
@@ -436,7 +436,7 @@ class VllmEngine:
         self._aborts.add(task)
         task.add_done_callback(self._aborts.discard)
 
-    async def _segment(self, run: Continuation) -> AsyncIterator[GenerationChunk]:
+    async def _segment(self, run: Continuation) -> AsyncGenerator[GenerationChunk, None]:
         """One vLLM request of `run`; ends early (aborted) when the run is preempted."""
         rid, request = run.request.request_id, run.request
         if rid in self._preempting:  # preempted before it started: nothing to stop

@@ -4,7 +4,11 @@ pickle, as a Ray handle's arguments and replies do."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import pickle
+from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.config import AppConfig
@@ -15,13 +19,34 @@ from engines.modelled_engine import ModelledEngine
 from engines.modelled_engine_config import ModelledEngineConfig
 
 
+class _Streamed:
+    """A streaming call's reply, as Ray's DeploymentResponseGenerator: `cancel` stops the
+    replica's generator (Serve cancels the replica's task), whoever is awaiting it."""
+
+    def __init__(self, gen: AsyncGenerator[Any, None]) -> None:
+        self._gen = gen
+
+    def __aiter__(self) -> _Streamed:
+        return self
+
+    async def __anext__(self) -> Any:
+        return await self._gen.__anext__()
+
+    def cancel(self) -> None:
+        async def close() -> None:
+            with contextlib.suppress(RuntimeError):  # running: the await being cancelled closes it
+                await self._gen.aclose()
+        asyncio.get_running_loop().create_task(close())
+
+
 class _Method:
     def __init__(self, target: Any, name: str) -> None:
         self.target, self.name = target, name
 
     def remote(self, *args: Any) -> Any:
         args = pickle.loads(pickle.dumps(args))
-        return getattr(self.target, self.name)(*args)
+        reply = getattr(self.target, self.name)(*args)
+        return _Streamed(reply) if inspect.isasyncgen(reply) else reply
 
 
 class Handle:
