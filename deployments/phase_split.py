@@ -26,6 +26,7 @@ from core.request import Request
 from deployments.kv_handoff import OBJECT_STORE, KvHandle, await_ref
 from deployments.messages import Prefilled, ReplicaChunk, Reply, Shed, SplitwiseReport
 from deployments.phase_router import ASSIGNED_REPLICA_KEY
+from deployments.response_stream import ResponseStream
 
 PROMPT, TOKEN = "prompt", "token"
 
@@ -38,24 +39,6 @@ def _to(request: Request, placement: dict[str, Any]) -> Request:
     return dataclasses.replace(request, metadata={**request.metadata, ASSIGNED_REPLICA_KEY: placement["replica"]})
 
 
-class PhaseStream:
-    """The chunks of one phase-split request, with the `cancel()` of a Serve response."""
-
-    def __init__(self, chunks: AsyncGenerator[Reply, None]) -> None:
-        self._chunks = chunks
-
-    def __aiter__(self) -> PhaseStream:
-        return self
-
-    async def __anext__(self) -> Reply:
-        return await self._chunks.__anext__()
-
-    def cancel(self) -> None:
-        """The client left: close the phases (releases reservations, cancels the decode)."""
-        if not getattr(self._chunks, "ag_running", False):
-            asyncio.get_running_loop().create_task(self._chunks.aclose())
-
-
 class PhaseSplit:
     def __init__(self, pools: dict[str, DeploymentHandle], coordinator: DeploymentHandle,
                  settings: SplitwiseServeConfig) -> None:
@@ -64,8 +47,10 @@ class PhaseSplit:
         self.settings = settings
         self._settings = settings.model_dump()
 
-    def stream(self, request: Request) -> PhaseStream:
-        return PhaseStream(self._phases(request))
+    def stream(self, request: Request) -> ResponseStream[Reply]:
+        """The request's chunks; cancelling closes the phases (releases reservations, cancels
+        the decode)."""
+        return ResponseStream(self._phases(request))
 
     async def complete(self, request: Request) -> Reply:
         """The whole answer as one reply, like LLMReplica.complete."""

@@ -4,39 +4,17 @@ pickle, as a Ray handle's arguments and replies do."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import inspect
 import pickle
-from collections.abc import AsyncGenerator
 from typing import Any
 
 from app.config import AppConfig
 from deployments.ingress import Ingress
 from deployments.ingress_state import IngressState
 from deployments.replica import LLMReplica, ReplicaIdentity
+from deployments.response_stream import ResponseStream
 from engines.modelled_engine import ModelledEngine
 from engines.modelled_engine_config import ModelledEngineConfig
-
-
-class _Streamed:
-    """A streaming call's reply, as Ray's DeploymentResponseGenerator: `cancel` stops the
-    replica's generator (Serve cancels the replica's task), whoever is awaiting it."""
-
-    def __init__(self, gen: AsyncGenerator[Any, None]) -> None:
-        self._gen = gen
-
-    def __aiter__(self) -> _Streamed:
-        return self
-
-    async def __anext__(self) -> Any:
-        return await self._gen.__anext__()
-
-    def cancel(self) -> None:
-        async def close() -> None:
-            with contextlib.suppress(RuntimeError):  # running: the await being cancelled closes it
-                await self._gen.aclose()
-        asyncio.get_running_loop().create_task(close())
 
 
 class _Method:
@@ -46,7 +24,7 @@ class _Method:
     def remote(self, *args: Any) -> Any:
         args = pickle.loads(pickle.dumps(args))
         reply = getattr(self.target, self.name)(*args)
-        return _Streamed(reply) if inspect.isasyncgen(reply) else reply
+        return ResponseStream(reply) if inspect.isasyncgen(reply) else reply  # cancel() as Serve's
 
 
 class Handle:
