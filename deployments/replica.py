@@ -233,7 +233,8 @@ class LLMReplica:
                 yield reply
                 stream.task = asyncio.current_task()
         finally:
-            await self._end(request.request_id, stream, chunks)
+            if not stream.ended.is_set():
+                await self._end(request.request_id, stream, chunks)
 
     async def _end(self, request_id: str, stream: _Stream, chunks: AsyncGenerator[GenerationChunk, None]) -> None:
         """The engine lets go of the request id (its stream closed), then `ended`."""

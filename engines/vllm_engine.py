@@ -366,8 +366,9 @@ class VllmEngine:
         waits first among batch requests and then continues where it stopped."""
         urgent = self.config.interactive_first and request.service_class != "batch"
         run = Continuation(request, keep_kv_on_abort=self.config.interactive_first and not urgent)
-        async for chunk in self._generate(run, urgent):
-            yield chunk
+        async with contextlib.aclosing(self._generate(run, urgent)) as chunks:  # closed with this one
+            async for chunk in chunks:
+                yield chunk
 
     async def _generate(self, run: Continuation, urgent: bool) -> AsyncGenerator[GenerationChunk, None]:
         request = run.request
@@ -386,8 +387,9 @@ class VllmEngine:
                 async with self.gate.slot(urgent=urgent, requeue=run.preemptions > 0, candidate=candidate,
                                           due_s=request.ttft_due_s):
                     self._enter(candidate)
-                    async for chunk in self._segment(run):
-                        yield chunk
+                    async with contextlib.aclosing(self._segment(run)) as chunks:
+                        async for chunk in chunks:
+                            yield chunk
                     self._leave(rid)
                     if rid not in self._preempting:
                         return

@@ -24,7 +24,7 @@ from app.config import AppConfig, default_pools
 from autoscaling.chiron.local import LocalAutoscalerConfig
 from autoscaling.chiron.over_provisioning import theta_from_arrivals
 from autoscaling.chiron.policy import split_interactive_mixed
-from autoscaling.dynamollm.prompt_work import prompt_work
+from autoscaling.dynamollm.prompt_work import in_profiled_requests, prompt_work
 from autoscaling.registry import make_policy
 from autoscaling.serve_autoscaler import most_efficient_tp
 from autoscaling.sla_planner.policy import SlaPool, recommended_tp
@@ -443,13 +443,15 @@ def as_the_planner_starts(setups: list[PoolSetup], policy: WattwisePolicy, w: Wo
     tuning = policy.config.planner.tuning
     margin = tuning.burst_margin
     window_s = config.provision_window_s
-    arrivals = {str(c): float(np.sum(opening & (classes == c))) / window_s for c in np.unique(classes)}
-    tokens = {c: float(np.sum(w.prompt_tokens[opening & (classes == c)])) / window_s for c in arrivals}
+    masks = {str(c): opening & (classes == c) for c in np.unique(classes)}
+    arrivals = {c: float(np.sum(m)) / window_s for c, m in masks.items()}
+    tokens = {c: float(np.sum(w.prompt_tokens[m])) / window_s for c, m in masks.items()}
     work = prompt_work(tuning.prompt_reference_tokens, arrivals, tokens, tuning.prompt_deadband) \
         if policy.config.planner.follow_prompt_lengths else {}
+    planned = in_profiled_requests(arrivals, work)
     started = []
     for s in setups:
-        rates = {c: arrivals.get(c, 0.0) * work.get(c, 1.0) * (1.0 + margin) for c in s.classes}
+        rates = {c: planned.get(c, 0.0) * (1.0 + margin) for c in s.classes}
         shape = policy.planner.cheapest(rates, config.cluster_gpus,
                                         tps=policy.config.tensor_parallel_options.get(s.name),
                                         held_gpu_w=policy.planner.gpu_worth_w([s.name], 0.0))
