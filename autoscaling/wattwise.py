@@ -184,11 +184,6 @@ class WattwisePolicy:
                     tokens[cls] = tokens.get(cls, 0.0) + n
         return arrivals, batch, tokens
 
-    @staticmethod
-    def _group_rates(group: PoolGroup, planned: dict[str, dict[str, float]]) -> dict[str, float]:
-        """The planned rates of every class the group's host serves."""
-        return {cls: r for member in group.members for cls, r in planned[member].items()}
-
     def _chiron(self, view: ClusterView, now_s: float, arrivals: dict[str, float],
                 batch: dict[str, float]) -> ClusterPlan:
         """Chiron's layer: what the global batch queue's deadlines need (Algorithm 2 on its
@@ -250,7 +245,7 @@ class WattwisePolicy:
         # short pool's few conversation requests read as bursty, and unfolding them cost 7%
         # more energy for no SLO.
         # A guarded pool neither takes another in nor goes into one: its SLOs come first.
-        return self._folding.choose(lambda g: self._group_shape(g, planned, view, now_s, guarded),
+        return self._folding.choose(lambda g: self._group_shape(g, view, now_s, guarded),
                                     epoch and settled,
                                     may_form=lambda g: not guarded & set(g.members)
                                     and self.planner.may_newly_fold(g.members, now_s))
@@ -356,8 +351,8 @@ class WattwisePolicy:
         """Batch requests wait at any of the pool's replicas: batch work has filled them."""
         return any(s.batch_waiting > 0 for s in dep.replica_stats)
 
-    def _group_shape(self, group: PoolGroup, planned: dict[str, dict[str, float]], view: ClusterView,
-                     now_s: float, guarded: frozenset[str]) -> PoolShape | None:
+    def _group_shape(self, group: PoolGroup, view: ClusterView, now_s: float,
+                     guarded: frozenset[str]) -> PoolShape | None:
         """The cheapest shape that carries the group's planned load on its host; None if a
         pool it would fold must keep replicas (`min_replicas` > 0: Serve would keep them
         running, so folding would save nothing), or if the host's replicas run off the profile
@@ -370,7 +365,7 @@ class WattwisePolicy:
         dilation = self._dilation(group.host, dep)
         if len(group.members) > 1 and dilation.slowdown != 1.0:
             return None
-        rates, margin = self._host_load(group, planned, guarded)
+        rates, margin = self._host_load(group, now_s, guarded)
         return self.planner.cheapest(rates, self.config.cluster_gpus,
                                      dep.max_replicas if dep else None,
                                      self._tps(group.host, dep, guarded),
@@ -387,13 +382,12 @@ class WattwisePolicy:
             return [running.tensor_parallel]
         return self.config.tensor_parallel_options.get(host)
 
-    def _host_load(self, group: PoolGroup, planned: dict[str, dict[str, float]],
-                   guarded: frozenset[str]) -> tuple[dict[str, float], float]:
+    def _host_load(self, group: PoolGroup, now_s: float, guarded: frozenset[str]) -> tuple[dict[str, float], float]:
         """The rates the group's host is planned for and the burst margin they carry: a host
         the SLO guard names (it serves alone) carries the guard's margin more
         (SloGuard.load_margin), for what its SLOs showed the forecast missed."""
-        rates = self._group_rates(group, planned)
-        margin = self.planner.burst_margin(group.members)
+        rates = self.planner.group_rates(group.members, now_s)
+        margin = self.planner.burst_margin(group.members, now_s)
         if group.host not in guarded:
             return rates, margin
         assert self._guard is not None  # a host is guarded only by the guard
@@ -418,7 +412,7 @@ class WattwisePolicy:
                                       in_profiled_requests(batch, work), chiron.batch_rate_floor_per_s)
         guarded_pools = self._guarded_pools(guarded)
         groups = self._fold(planned, view, now_s, self.planner.at_epoch(now_s), guarded_pools)
-        loads = {group.host: self._host_load(group, planned, guarded_pools) for group in groups}
+        loads = {group.host: self._host_load(group, now_s, guarded_pools) for group in groups}
         catch_up = self._catch_up(view, loads)
         shapes, folding, guard_clocks = self._pool_plans(view, now_s, groups, loads, catch_up, guarded, guarded_pools)
         guard = ClusterPlan(slo_guard=guarded, reason="slo guard: " + ", ".join(

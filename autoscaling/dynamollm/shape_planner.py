@@ -382,8 +382,7 @@ class PoolShapePlanner:
         self._lower_since: dict[str, float] = {}
         self._bursty_until: dict[str, float] = {}
         self._first_planned_s: dict[str, float] = {}
-        self._rises: dict[str, deque[tuple[float, float]]] = {}  # (time, rate over the trailing peak - 1)
-        self._margin: dict[str, float] = {}
+        self._batch_floor: dict[str, dict[str, float]] = {}
         self._next_epoch_s: float | None = None
         self._first_epoch_at_s = math.inf  # before it the operator's TP stands
 
@@ -392,64 +391,106 @@ class PoolShapePlanner:
 
     def planning_rates(self, pool: str, rates: dict[str, float], batch_rate: float, now_s: float,
                        batch_floor: dict[str, float] | None = None) -> dict[str, float]:
-        """Per class: the trailing peak of the interactive rate plus the burst margin, and
-        the batch rate's mean over the batch window (the batch share of each class is the
-        pool's batch share: replicas report batch arrivals as one rate), or `batch_floor`'s
-        rate for the class where that is higher (what the batch queue's deadlines need)."""
+        """Records what the pool's replicas report now (`batch_rate` of `rates` is batch work:
+        replicas report batch arrivals as one rate, so each class's batch share is the pool's)
+        and returns the pool's planned load, `group_rates` of the pool alone. `batch_floor`:
+        the batch rate per class the batch queue's deadlines need."""
         total = sum(rates.values())
         share = min(batch_rate / total, 1.0) if total > 0 else 0.0
         history = self._history.setdefault(pool, deque())
         self._first_planned_s.setdefault(pool, now_s)
-        self._margin[pool] = self._burst_margin(pool, history, total * (1 - share), now_s)
         history.append((now_s, {c: r * (1 - share) for c, r in rates.items()},
                         {c: r * share for c, r in rates.items()}))
+        self._batch_floor[pool] = dict(batch_floor or {})
         tuning = self.config.tuning
-        horizon = max(tuning.lookback_s, tuning.batch_window_s, tuning.bursty_lookback_s)
+        # The rises `burst_margin` reads over the long window each look back `lookback_s` more.
+        horizon = max(tuning.batch_window_s, tuning.bursty_lookback_s + tuning.lookback_s)
         while history and history[0][0] < now_s - horizon:
             history.popleft()
-        peak: dict[str, float] = {}
-        batch_sum: dict[str, float] = {}
-        lookback_s = tuning.lookback_s
         totals = np.array([sum(i.values()) for t, i, _ in history if t >= now_s - tuning.bursty_lookback_s])
         mean = totals.mean() if len(totals) > 2 else 0.0
         if mean > 0 and totals.std() / mean > tuning.bursty_cv and not self.warming_up(pool, now_s):
             self._bursty_until[pool] = now_s + tuning.bursty_lookback_s  # stays bursty a window long
-        if self.is_bursty(pool, now_s):
-            lookback_s = tuning.bursty_lookback_s
-        for t, interactive, batch in history:
-            if t >= now_s - lookback_s:
-                for cls, r in interactive.items():
-                    peak[cls] = max(peak.get(cls, 0.0), r)
-            for cls, r in batch.items():
-                batch_sum[cls] = batch_sum.get(cls, 0.0) + r
-        planned = {cls: r * (1.0 + self._margin[pool]) for cls, r in peak.items()}
-        floor = batch_floor or {}
-        for cls in batch_sum.keys() | floor.keys():
-            planned[cls] = planned.get(cls, 0.0) + max(batch_sum.get(cls, 0.0) / len(history), floor.get(cls, 0.0))
+        return self.group_rates((pool,), now_s)
+
+    def group_rates(self, pools: Collection[str], now_s: float) -> dict[str, float]:
+        """The load planned for pools served together, per class: the trailing peak of their
+        summed interactive rate, split by each class's share of it over the window, plus the
+        burst margin (bursty pools together over their long window, the others over the short
+        one); and the batch rate's mean over the batch window (Chiron: batch work fills spare
+        capacity behind interactive work, so it needs capacity on average only), or the
+        deadlines' floor for the class where that is higher.
+        The peak of the sum, not the sum of each class's peak: the classes' arrivals come
+        independently, so their windows' counts do not peak together. Summed per class, a
+        conversation mix of eight classes at 2.2 requests/s plans for 1.55x its mean rate over
+        two minutes, where its total peaks at 1.2x; the gap grows as each class's rate falls."""
+        tuning = self.config.tuning
+        bursty = [p for p in pools if self.is_bursty(p, now_s)]
+        steady = [p for p in pools if p not in bursty]
+        planned = {**self._peak_by_share(steady, now_s, tuning.lookback_s),
+                   **self._peak_by_share(bursty, now_s, tuning.bursty_lookback_s)}
+        batch_mean: dict[str, float] = {}
+        for pool in pools:
+            batches = [batch for t, _, batch in self._history.get(pool, ()) if t >= now_s - tuning.batch_window_s]
+            for batch in batches:
+                for cls, r in batch.items():
+                    batch_mean[cls] = batch_mean.get(cls, 0.0) + r / len(batches)
+        floor = {cls: r for pool in pools for cls, r in self._batch_floor.get(pool, {}).items()}
+        for cls in batch_mean.keys() | floor.keys():
+            planned[cls] = planned.get(cls, 0.0) + max(batch_mean.get(cls, 0.0), floor.get(cls, 0.0))
         return planned
 
-    def _burst_margin(self, pool: str, history: deque[tuple[float, dict[str, float], dict[str, float]]],
-                      interactive_rate: float, now_s: float) -> float:
-        """The margin a steady pool plans above its trailing peak (`margin_from_history`): the
-        most its interactive rate rose above its peak of the `lookback_s` before, over the last
-        `bursty_lookback_s`; `burst_margin` until it has that much history, and for a bursty
-        pool (planned at its long window's peak, which its next burst may exceed)."""
-        cfg = self.config
-        peak = max((sum(i.values()) for t, i, _ in history if t >= now_s - cfg.tuning.lookback_s), default=0.0)
-        rises = self._rises.setdefault(pool, deque())
-        if peak > 0 or interactive_rate > 0:
-            rises.append((now_s, interactive_rate / peak - 1.0 if peak > 0 else math.inf))
-        while rises and rises[0][0] < now_s - cfg.tuning.bursty_lookback_s:
-            rises.popleft()
-        if (not cfg.tuning.margin_from_history or self.is_bursty(pool, now_s)
-                or now_s - self._first_planned_s[pool] < cfg.tuning.bursty_lookback_s):
-            return cfg.tuning.burst_margin
-        return min(max(max((r for _, r in rises), default=0.0), 0.0), cfg.tuning.burst_margin)
+    def _peak_by_share(self, pools: Collection[str], now_s: float, lookback_s: float) -> dict[str, float]:
+        """The peak of the pools' summed interactive rate over `lookback_s`, plus their burst
+        margin, split by each class's share of their arrivals over it."""
+        if not pools:
+            return {}
+        mass: dict[str, float] = {}
+        for pool in pools:
+            for t, interactive, _ in self._history.get(pool, ()):
+                if t >= now_s - lookback_s:
+                    for cls, r in interactive.items():
+                        mass[cls] = mass.get(cls, 0.0) + r
+        _, totals = self._summed_interactive(pools, now_s - lookback_s)
+        summed = sum(mass.values())
+        scale = max(totals, default=0.0) * (1.0 + self.burst_margin(pools, now_s)) / summed if summed > 0 else 0.0
+        return {cls: m * scale for cls, m in mass.items()}
 
-    def burst_margin(self, pools: Collection[str]) -> float:
-        """The largest margin these pools' load was last planned with."""
-        margin = self.config.tuning.burst_margin
-        return max((self._margin.get(p, margin) for p in pools), default=margin)
+    def _summed_interactive(self, pools: Collection[str], since_s: float) -> tuple[list[float], list[float]]:
+        """The pools' summed interactive rate at each plan since `since_s`, in time order."""
+        summed: dict[float, float] = {}
+        for pool in pools:
+            for t, interactive, _ in self._history.get(pool, ()):
+                if t >= since_s:
+                    summed[t] = summed.get(t, 0.0) + sum(interactive.values())
+        times = sorted(summed)
+        return times, [summed[t] for t in times]
+
+    def burst_margin(self, pools: Collection[str], now_s: float) -> float:
+        """The margin pools served together plan above their trailing peak (`margin_from_history`):
+        the most their summed interactive rate rose above its peak of the `lookback_s` before,
+        over the last `bursty_lookback_s`; `burst_margin` until each has that much history, and
+        for a bursty pool (planned at its long window's peak, which its next burst may exceed)."""
+        tuning = self.config.tuning
+        if (not tuning.margin_from_history or any(self.is_bursty(p, now_s) for p in pools)
+                or any(now_s - self._first_planned_s.get(p, now_s) < tuning.bursty_lookback_s for p in pools)):
+            return tuning.burst_margin
+        times, totals = self._summed_interactive(pools, now_s - tuning.bursty_lookback_s - tuning.lookback_s)
+        window: deque[int] = deque()  # plans of the trailing `lookback_s`, their rates decreasing
+        rise = 0.0
+        for i, (t, total) in enumerate(zip(times, totals, strict=True)):
+            while window and times[window[0]] < t - tuning.lookback_s:
+                window.popleft()
+            if t >= now_s - tuning.bursty_lookback_s:
+                peak = totals[window[0]] if window else 0.0
+                if peak > 0:
+                    rise = max(rise, total / peak - 1.0)
+                elif total > 0:
+                    return tuning.burst_margin
+            while window and totals[window[-1]] <= total:
+                window.pop()
+            window.append(i)
+        return min(rise, tuning.burst_margin)
 
     def at_epoch(self, now_s: float) -> bool:
         """Whether a pool epoch (TP changes, pool folding) is due; the first comes
@@ -483,7 +524,7 @@ class PoolShapePlanner:
                  burst_margin: float | None = None) -> PoolShape | None:
         """The shape of least power plus `held_gpu_w` per GPU (`gpu_worth_w`) for planned
         rates, under this planner's headrooms; `burst_margin` is the one they were planned
-        with (`burst_margin(pools)`; default: the configured one)."""
+        with (`burst_margin`; default: the configured one)."""
         cfg = self.config
         rates = dilation.rates(planned)
         margin = cfg.tuning.burst_margin if burst_margin is None else burst_margin
@@ -561,7 +602,7 @@ class PoolShapePlanner:
         `running` is what the runtime runs, adopted the first time a pool is planned (its
         TP is kept until the first pool epoch, even if it grows); `dilation` is how much
         slower than the profile its replicas measure themselves; `replicas` what they do that
-        costs depend on; `burst_margin` the margin `planned` carries (`burst_margin(pools)`)."""
+        costs depend on; `burst_margin` the margin `planned` carries (`burst_margin`)."""
         epoch = self.at_epoch(now_s)
         current = self._shape.get(pool, running)
         cfg = self.config

@@ -5,6 +5,7 @@ answers it is `autoscaling.dynamollm.shape_planner.PoolShapePlanner`. Every plan
 `plan_interval_s`) the controller calls, in order:
 
 1. `planning_rates` once per pool that reported, its load history updated;
+   `group_rates` for each group of pools a host would serve;
 2. `at_epoch`: may TPs change and pools fold now?
 3. while choosing folds (pool epochs only): `warming_up`, `may_newly_fold`, `cheapest`,
    `gpu_worth_w`, `burst_margin`, `dilation` for each candidate group;
@@ -39,6 +40,11 @@ class ShapePlanning(Protocol):
         deadline rate per class). Records them in the pool's history: once a plan."""
         ...
 
+    def group_rates(self, pools: Collection[str], now_s: float) -> dict[str, float]:
+        """The load planned for these pools served on one host, per class (their histories
+        taken together: what `planning_rates` returns for a pool alone)."""
+        ...
+
     def at_epoch(self, now_s: float) -> bool:
         """Whether a pool epoch (TP changes, folding) is due at this plan."""
         ...
@@ -59,7 +65,7 @@ class ShapePlanning(Protocol):
         """Whether the pool's load was bursty lately (its band's floor stays the planned clock)."""
         ...
 
-    def burst_margin(self, pools: Collection[str]) -> float:
+    def burst_margin(self, pools: Collection[str], now_s: float) -> float:
         """The margin these pools' planned load carries above their trailing peak."""
         ...
 

@@ -681,6 +681,60 @@ def test_a_bursty_pool_keeps_its_peak_between_bursts_and_a_steady_one_forgets_it
     assert planned_after(bursts_then_dense, end_s=1500.0) == pytest.approx(20.0)
 
 
+def test_classes_and_pools_served_together_are_planned_at_the_peak_of_their_sum(profile) -> None:
+    """Each class's arrivals come independently, so their windows do not peak together: two
+    classes taking turns at 3 and 1 requests/s (4 in all, always) plan for 4, split by their
+    shares over the window, not for 3 + 3. The same holds for two pools a host would serve,
+    while each pool alone plans for its own peak."""
+    config = ShapePlannerConfig(tuning=ShapePlannerTuning(margin_from_history=False, burst_margin=0.0))
+    planner = PoolShapePlanner(profile, config, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    planned: dict[str, float] = {}
+    for step in range(48):  # 240 s of plans, the classes swapping every 10 s
+        high, low = (3.0, 1.0) if step // 2 % 2 else (1.0, 3.0)
+        planned = planner.planning_rates("pool-medium", {"MS": high, "MM": low}, 0.0, step * 5.0)
+        planner.planning_rates("pool-long", {"LS": high, "LM": low}, 0.0, step * 5.0)
+    assert sum(planned.values()) == pytest.approx(4.0)
+    assert planned["MS"] == pytest.approx(2.0, rel=0.1)
+    together = planner.group_rates(("pool-medium", "pool-long"), 235.0)
+    assert sum(together.values()) == pytest.approx(8.0)
+    assert planner.group_rates(("pool-long",), 235.0) == pytest.approx(
+        {cls: r for cls, r in together.items() if cls in ("LS", "LM")})
+
+
+def test_a_bursty_pool_served_with_a_steady_one_keeps_its_long_window_to_itself(profile) -> None:
+    """A bursty pool is planned at its long window's peak; a steady pool folded with it is
+    still planned at its own recent peak (10 requests/s fell to 4 five minutes ago), not
+    at the long window's."""
+    config = ShapePlannerConfig()
+    margin = 1.0 + config.tuning.burst_margin
+    planner = PoolShapePlanner(profile, config, LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    t = 0.0
+    while t <= 600.0:
+        planner.planning_rates("pool-short", {"SS": 30.0 if t % 120.0 < 20.0 else 0.0}, 0.0, t)
+        planner.planning_rates("pool-long", {"LM": 10.0 if t < 300.0 else 4.0}, 0.0, t)
+        t += 5.0
+    assert planner.is_bursty("pool-short", 600.0) and not planner.is_bursty("pool-long", 600.0)
+    together = planner.group_rates(("pool-short", "pool-long"), 600.0)
+    assert together["LM"] == pytest.approx(4.0 * margin)
+    assert together["SS"] == pytest.approx(30.0 * margin)
+
+
+def test_pools_served_together_plan_for_the_rises_of_their_sum(profile) -> None:
+    """A pool whose rate jumps above its trailing peak plans the whole margin; a second pool
+    dipping at the same moments leaves their sum flat, so served together they plan none."""
+    planner = PoolShapePlanner(profile, ShapePlannerConfig(), LENGTHS, reconfigure_cost_s=33.0, pool_epoch_s=300.0)
+    t = 0.0
+    while t <= 1200.0:
+        jump = 1.0 if t % 300.0 == 0.0 else 0.0
+        planner.planning_rates("pool-medium", {"MM": 2.0 + jump}, 0.0, t)
+        planner.planning_rates("pool-long", {"LM": 2.0 - jump}, 0.0, t)
+        t += 5.0
+    assert planner.burst_margin(("pool-medium",), 1200.0) == pytest.approx(ShapePlannerTuning().burst_margin)
+    assert planner.burst_margin(("pool-long",), 1200.0) == 0.0
+    assert planner.burst_margin(("pool-medium", "pool-long"), 1200.0) == 0.0
+    assert sum(planner.group_rates(("pool-medium", "pool-long"), 1200.0).values()) == pytest.approx(4.0)
+
+
 def test_a_pool_plans_for_the_largest_rise_above_its_peak_it_showed(profile) -> None:
     """Conversation traffic drifts a few percent above its trailing peak; a fixed 25% margin
     held a third TP2 replica beside conv's TP4 for the hour's busier half. With a window of
