@@ -10,9 +10,10 @@ the search, so the planner never loses to one of them on the profile's terms. Ea
 also costs `held_gpu_w`: between shapes the profile prices within a few watts of each other,
 the one with fewer GPUs wins (the replicas' per-step clock does not save those watts).
 
-Load per class is the trailing peak of the interactive rates replicas report, times a
-margin for bursts, plus batch work at its mean over a longer window (Chiron: batch work
-fills spare capacity behind interactive work, so it needs capacity on average only).
+Load is the trailing peak of the interactive rate replicas report, summed over the classes
+(and pools) served together and split by their shares, times a margin for bursts, plus
+batch work at its mean over a longer window (Chiron: batch work fills spare capacity
+behind interactive work, so it needs capacity on average only).
 Instances grow at once and shrink only after the smaller count held for
 `downscale_hold_s`, and not while the pool warms up (its replicas' rate windows fill
 from zero: a ramp, neither low load nor a burst); a TP change happens at a pool epoch
