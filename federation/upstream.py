@@ -116,6 +116,11 @@ class CloudClient:
             raise Unreachable(f"{type(exc).__name__}: {exc}") from None
         finally:
             await response.aclose()
+        if not _is_openai_error(content):
+            # Not the cloud's app: another server took its address (a port freed when the cloud
+            # died, handed to a local process), or a proxy's page. Its 401 says nothing of the
+            # request: try another cloud, as if this one did not answer.
+            raise Unreachable(f"POST {path} answered {response.status_code} without an OpenAI error body")
         return Refused(response.status_code, content, _retry_after_s(response.headers.get("retry-after")))
 
     def _admin(self) -> dict[str, str]:
@@ -126,6 +131,15 @@ class CloudClient:
 
     async def close(self) -> None:
         await self.http.aclose()
+
+
+def _is_openai_error(content: bytes) -> bool:
+    """Whether a body is the app's error: a JSON object whose "error" is an object."""
+    try:
+        body = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(body, dict) and isinstance(body.get("error"), dict)
 
 
 def _retry_after_s(value: str | None) -> float | None:

@@ -29,7 +29,7 @@ class FakeCloud:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.mode = "ok"  # ok | down | overloaded | rate_limited | breaks | stalls
+        self.mode = "ok"  # ok | down | foreign | overloaded | rate_limited | breaks | stalls
         self.outstanding_tokens = 0.0
         self.bodies: list[dict[str, Any]] = []
         self.stall = asyncio.Event()  # a stalled stream waits for this before its first event
@@ -40,6 +40,8 @@ class FakeCloud:
     async def handle(self, request: httpx.Request) -> httpx.Response:
         if self.mode == "down":
             raise httpx.ConnectError("connection refused", request=request)
+        if self.mode == "foreign":  # another server on the cloud's address (Ray's agents answer so)
+            return httpx.Response(401)
         if request.url.path == "/admin/load":
             assert request.headers["authorization"] == f"Bearer {ADMIN}-{self.name}"
             return httpx.Response(200, json={"outstanding_tokens": self.outstanding_tokens, "tokens_per_s": 0.0,
@@ -175,7 +177,7 @@ def test_the_cloud_holding_fewer_tokens_gets_the_request(front: tuple[FrontDoor,
     assert (len(clouds["east"].bodies), len(clouds["west"].bodies)) == (0, 3)
 
 
-@pytest.mark.parametrize("mode", ["down", "overloaded", "rate_limited"])
+@pytest.mark.parametrize("mode", ["down", "foreign", "overloaded", "rate_limited"])
 def test_a_request_not_started_moves_to_another_cloud(front: tuple[FrontDoor, TestClient],
                                                       clouds: dict[str, FakeCloud], mode: str) -> None:
     door, client = front
