@@ -447,14 +447,16 @@ class PoolShapePlanner:
         if not pools:
             return {}
         mass: dict[str, float] = {}
+        totals: dict[float, float] = {}  # the pools' summed rate at each plan
         for pool in pools:
             for t, interactive, _ in self._history.get(pool, ()):
                 if t >= now_s - lookback_s:
+                    totals[t] = totals.get(t, 0.0) + sum(interactive.values())
                     for cls, r in interactive.items():
                         mass[cls] = mass.get(cls, 0.0) + r
-        _, totals = self._summed_interactive(pools, now_s - lookback_s)
         summed = sum(mass.values())
-        scale = max(totals, default=0.0) * (1.0 + self.burst_margin(pools, now_s)) / summed if summed > 0 else 0.0
+        peak = max(totals.values(), default=0.0) * (1.0 + self.burst_margin(pools, now_s))
+        scale = peak / summed if summed > 0 else 0.0
         return {cls: m * scale for cls, m in mass.items()}
 
     def _summed_interactive(self, pools: Collection[str], since_s: float) -> tuple[list[float], list[float]]:
